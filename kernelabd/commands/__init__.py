@@ -1,0 +1,1 @@
+"""One module per CLI command group; ``kernelabd.cli`` imports each only when it is invoked."""

@@ -1,0 +1,156 @@
+"""``kernelab.toml``: every setting with its default, loaded strictly.
+
+Unknown sections or keys are errors rather than silently ignored: a misspelt ``lock_clock``
+that quietly did nothing would be worse than a refusal to start.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """The configuration file is malformed; the message names the file and the key."""
+
+
+@dataclass
+class DaemonConfig:
+    gpus: list[int] = field(default_factory=list)   # empty: every GPU NVML finds
+    polling_observer: bool = False                  # for network filesystems
+    stable_s: float = 2.0                           # size+mtime unchanged this long = complete
+    rescan_s: float = 30.0                          # periodic full rescan of the inbox
+    gpu_sample_s: float = 1.0                       # NVML sampling period for the TUI
+    log_level: str = "info"
+
+
+@dataclass
+class JobsConfig:
+    max_candidates: int = 40
+    max_minutes: float = 30.0
+    patience: int = 8                               # proposals without an accepted gain
+    proposers: list[str] = field(default_factory=lambda: ["template", "inductor", "tune"])
+
+
+@dataclass
+class GateConfig:
+    tol_factor: float = 10.0      # tolerance = tol_factor × the fp32 reference's own error …
+    timeout_s: float = 300.0      # … floored per dtype; per-evaluation deadline
+
+
+@dataclass
+class TimingConfig:
+    budget_s: float = 8.0             # wall time for interleaved A/B blocks of one comparison
+    target_rel_noise: float = 0.005   # stop once the speedup CI half-width is under this
+    min_pairs: int = 6                # A/B block pairs before the noise target may stop it
+    min_gain: float = 0.01            # a kept candidate must be at least this much faster
+    block_ms: float = 40.0            # aim for blocks of about this much device time
+    lock_clocks: str = "off"          # off | base | max | <MHz>: only on a box you own
+
+
+@dataclass
+class SandboxConfig:
+    user: str = ""                    # when root, run candidates as this user ("" = nobody)
+    memory_gb: float = 0.0            # address-space cap per sandbox, 0 = none
+
+
+@dataclass
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _section(cls: type, name: str, values: Any, source: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: [{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) in [{name}]: {', '.join(unknown)}")
+    obj = cls()
+    for key, value in values.items():
+        default = getattr(obj, key)
+        if isinstance(default, bool) != isinstance(value, bool) or (
+            not isinstance(value, type(default))
+            and not (isinstance(default, float) and isinstance(value, int))
+        ):
+            raise ConfigError(f"{source}: [{name}] {key} must be {type(default).__name__}, "
+                              f"got {value!r}")
+        setattr(obj, key, float(value) if isinstance(default, float) else value)
+    return obj
+
+
+def parse(text: str, source: str = "kernelab.toml") -> Config:
+    """Parse a configuration text; every error names ``source`` and the offending key."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    sections = {f.name: f.type for f in fields(Config)}
+    unknown = sorted(set(data) - set(sections))
+    if unknown:
+        raise ConfigError(f"{source}: unknown section(s): {', '.join(unknown)}")
+    cfg = Config()
+    for f in fields(Config):
+        if f.name in data:
+            setattr(cfg, f.name, _section(type(getattr(cfg, f.name)), f.name, data[f.name], source))
+    validate_lock_clocks(cfg.timing.lock_clocks, source)
+    return cfg
+
+
+def validate_lock_clocks(value: str, source: str = "kernelab.toml") -> None:
+    if value in ("off", "base", "max") or value.isdigit():
+        return
+    raise ConfigError(f"{source}: [timing] lock_clocks must be off, base, max or MHz, got {value!r}")
+
+
+def load(path: Path) -> Config:
+    """Load ``path``, or the defaults when it does not exist."""
+    if not path.exists():
+        return Config()
+    return parse(path.read_text(), str(path))
+
+
+DEFAULT_TOML = """\
+# kernelab configuration. Every key is optional; the values shown are the defaults.
+# Reference: README.md, "Configuration".
+
+[daemon]
+gpus = []                # GPU indices to use; empty = all that NVML finds
+polling_observer = false # poll the inbox instead of inotify (network filesystems)
+stable_s = 2.0           # a file whose size and mtime stay put this long is complete
+rescan_s = 30.0          # full rescan of the inbox, so nothing dropped is ever missed
+gpu_sample_s = 1.0       # NVML sampling period (what the TUI shows)
+log_level = "info"
+
+[jobs]
+max_candidates = 40      # stop a job after this many candidates
+max_minutes = 30.0       # … or after this long
+patience = 8             # … or after this many proposals without an accepted gain
+proposers = ["template", "inductor", "tune"]
+
+[gate]
+tol_factor = 10.0        # tolerance = tol_factor × the fp32 reference's own error (floored by dtype)
+timeout_s = 300.0        # deadline of one evaluation; a hang past it is killed
+
+[timing]
+budget_s = 8.0           # wall-time budget of one A/B comparison
+target_rel_noise = 0.005 # stop early once the speedup's CI half-width is below this
+min_pairs = 6            # interleaved A/B block pairs before stopping early
+min_gain = 0.01          # a kept candidate must beat 1 + max(min_gain, A/A noise)
+block_ms = 40.0          # device time per measurement block
+lock_clocks = "off"      # off | base | max | <MHz>. Only on a box you own and run as root:
+                         # locks SM clocks through NVML while timing, released on every exit.
+
+[sandbox]
+user = ""                # when the daemon runs as root, candidates run as this user (default nobody)
+memory_gb = 0.0          # address-space limit per sandbox process; 0 = none
+"""
