@@ -52,7 +52,7 @@ class TimingConfig:
 
 @dataclass
 class SandboxConfig:
-    user: str = ""                    # when root, run candidates as this user ("" = nobody)
+    user: str = ""                    # when root, run candidates as this user ("" = same user)
     memory_gb: float = 0.0            # address-space cap per sandbox, 0 = none
 
 
@@ -151,6 +151,7 @@ lock_clocks = "off"      # off | base | max | <MHz>. Only on a box you own and r
                          # locks SM clocks through NVML while timing, released on every exit.
 
 [sandbox]
-user = ""                # when the daemon runs as root, candidates run as this user (default nobody)
+user = ""                # when run as root, sandboxes run as this user ("" = the same user);
+                         # it must be able to read the Python install and use /dev/nvidia*
 memory_gb = 0.0          # address-space limit per sandbox process; 0 = none
 """

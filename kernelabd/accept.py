@@ -1,0 +1,74 @@
+"""The acceptance rule: is B faster than A by more than the noise? A pure function of samples.
+
+Measurement (``timing``) and decision (here) are kept apart, as nvbench and Triton's
+``testing`` do, so that the rule can be tested on simulated samples by the thousand.
+
+Samples arrive as interleaved A/B blocks; each block is summarised by its median, and each
+adjacent (A, B) pair gives one log speedup. Pairing cancels slow drift (clocks, temperature)
+that would bias a comparison of two separate runs. The speedup is the geometric mean of the
+pair ratios with a bootstrap confidence interval; B is kept only when the whole interval lies
+above ``1 + max(min_gain, A/A noise)``, where the A/A noise is how far apart A's own blocks are
+measured to be under the same bootstrap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+@dataclass
+class Decision:
+    speedup: float
+    ci: tuple[float, float]
+    aa_noise: float
+    threshold: float
+    faster: bool
+
+    @property
+    def rel_halfwidth(self) -> float:
+        return (self.ci[1] - self.ci[0]) / (2 * self.speedup)
+
+
+def _mean_ci(logs: np.ndarray, seed: int) -> tuple[float, float]:
+    if len(logs) < 2 or float(np.ptp(logs)) == 0.0:
+        value = float(logs.mean()) if len(logs) else 0.0
+        return value, value
+    kwargs = {"confidence_level": CONFIDENCE, "n_resamples": RESAMPLES, "method": "percentile"}
+    try:
+        res = stats.bootstrap((logs,), np.mean, rng=np.random.default_rng(seed), **kwargs)
+    except TypeError:  # scipy < 1.15 names the generator random_state
+        res = stats.bootstrap((logs,), np.mean, random_state=np.random.default_rng(seed), **kwargs)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def aa_noise(a_blocks: list[float], seed: int = 1) -> float:
+    """Relative half-width of the CI of A against itself (adjacent A blocks paired)."""
+    a = np.asarray(a_blocks, dtype=float)
+    if len(a) < 4:
+        return float(np.std(a) / np.mean(a)) if len(a) > 1 else 0.0
+    n = len(a) // 2 * 2
+    logs = np.log(a[0:n:2] / a[1:n:2])
+    lo, hi = _mean_ci(logs, seed)
+    return (math.exp(hi) - math.exp(lo)) / 2
+
+
+def decide(a_blocks: list[float], b_blocks: list[float], min_gain: float, seed: int = 0) -> Decision:
+    """Decide from paired block medians (``a_blocks[i]`` was measured next to ``b_blocks[i]``)."""
+    if len(a_blocks) != len(b_blocks) or not a_blocks:
+        raise ValueError("need the same non-zero number of A and B blocks")
+    a = np.asarray(a_blocks, dtype=float)
+    b = np.asarray(b_blocks, dtype=float)
+    logs = np.log(a / b)
+    lo, hi = _mean_ci(logs, seed)
+    noise = aa_noise(a_blocks, seed + 1)
+    threshold = 1.0 + max(min_gain, noise)
+    ci = (math.exp(lo), math.exp(hi))
+    return Decision(speedup=math.exp(float(logs.mean())), ci=ci, aa_noise=noise,
+                    threshold=threshold, faster=ci[0] > threshold)

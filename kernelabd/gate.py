@@ -1,0 +1,188 @@
+"""The gate: trusted comparisons that decide whether a candidate is correct.
+
+Each rule is one function returning ``None`` (passed) or a ``Failure`` with evidence. They run
+in the trusted parent on tensors rebuilt from the wire, against a float64 oracle computed in a
+different process, so nothing the candidate does in its own process can reach them.
+
+Tolerances are calibrated per input set: the reference's own fp32 error against the oracle,
+times ``tol_factor``, floored by what the output dtype can honestly deliver. A candidate that
+computes in lower precision than the reference (TF32, bf16 inside an fp32 problem) lands far
+outside; an honest reordering of floating-point sums lands inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# Normwise and elementwise floors by output dtype: no honest kernel is held to better.
+NORM_FLOOR = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+ELEM_FLOOR = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+DEGENERATE_ABS = 1e-6          # a reference whose outputs are all below this is degenerate
+DETERMINISM_SHARE = 0.1        # two identical runs may differ by at most this share of the tolerance
+UNWRITTEN_SHARE = 0.01         # more than this share of poison bytes in an output: not written
+
+
+@dataclass
+class Failure:
+    rule: str
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Tolerance:
+    norm: float
+    elem: float
+
+
+@dataclass
+class SetOutcome:
+    """Errors of one input set, kept for the verdict's evidence."""
+
+    index: int
+    norm_error: float
+    elem_error: float
+    tolerance: Tolerance
+
+
+def rel_errors(x: torch.Tensor, oracle: torch.Tensor) -> tuple[float, float, int]:
+    """Normwise relative error, worst elementwise error, and where that worst element is.
+
+    The elementwise error is scaled by ``|oracle| + rms(oracle)`` so that tiny true values do
+    not demand impossible relative accuracy, while a few wrong elements lost in a large norm
+    still show.
+    """
+    d = x.double() - oracle
+    o = oracle.abs()
+    norm = float(torch.linalg.vector_norm(d) / max(float(torch.linalg.vector_norm(oracle)), 1e-300))
+    rms = float(oracle.pow(2).mean().sqrt()) if oracle.numel() else 0.0
+    elem = d.abs() / (o + max(rms, 1e-300))
+    flat = int(torch.argmax(elem)) if elem.numel() else 0
+    return norm, float(elem.reshape(-1)[flat]) if elem.numel() else 0.0, flat
+
+
+def tolerance_for(ref: list[torch.Tensor], oracle: list[torch.Tensor], factor: float,
+                  fixed: float | None) -> Tolerance:
+    """Calibrate from the reference's own error on this very input set."""
+    norm_err = max(rel_errors(r, o)[0] for r, o in zip(ref, oracle, strict=True))
+    elem_err = max(rel_errors(r, o)[1] for r, o in zip(ref, oracle, strict=True))
+    dtype = ref[0].dtype
+    norm = fixed if fixed is not None else max(factor * norm_err, NORM_FLOOR.get(dtype, 1e-5))
+    elem = max(factor * elem_err, ELEM_FLOOR.get(dtype, 1e-4), norm)
+    return Tolerance(norm=norm, elem=elem)
+
+
+def check_reference(oracles: list[list[torch.Tensor]], base_sets: list[int]) -> str | None:
+    """Why a reference is degenerate, or None: all near zero, or the same whatever the input."""
+    if all(float(o.abs().max()) < DEGENERATE_ABS for outs in oracles for o in outs):
+        return (f"reference outputs are near zero everywhere (|y| < {DEGENERATE_ABS:g}); any "
+                "candidate returning zeros would pass")
+    if len(base_sets) >= 2:
+        a, b = oracles[base_sets[0]], oracles[base_sets[1]]
+        if all(x.shape == y.shape and torch.allclose(x, y, rtol=1e-9, atol=1e-12)
+               for x, y in zip(a, b, strict=True)):
+            return "reference outputs are identical for different inputs; nothing to check"
+    return None
+
+
+def check_structure(ref: list[dict[str, Any]], cand: list[dict[str, Any]], index: int) -> Failure | None:
+    """Same number of outputs, same shapes, dtypes and strides (size-1 dims aside)."""
+    if len(ref) != len(cand):
+        return Failure("shape", f"returned {len(cand)} output(s); the reference returns {len(ref)}",
+                       {"input_set": index})
+    for i, (r, c) in enumerate(zip(ref, cand, strict=True)):
+        if r["shape"] != c["shape"]:
+            return Failure("shape", f"output {i} has shape {c['shape']}, expected {r['shape']}",
+                           {"input_set": index, "output": i})
+        if r["dtype"] != c["dtype"]:
+            return Failure("dtype", f"output {i} is {c['dtype']}, expected {r['dtype']}",
+                           {"input_set": index, "output": i})
+        strides = [(a, b) for a, b, n in zip(r["stride"], c["stride"], r["shape"], strict=True) if n > 1]
+        if any(a != b for a, b in strides):
+            return Failure("stride", f"output {i} has strides {c['stride']}, expected {r['stride']}",
+                           {"input_set": index, "output": i})
+    return None
+
+
+def check_finite(outs: list[torch.Tensor], index: int) -> Failure | None:
+    for i, t in enumerate(outs):
+        if t.is_floating_point():
+            bad = ~torch.isfinite(t)
+            if bool(bad.any()):
+                where = int(torch.nonzero(bad.reshape(-1))[0])
+                return Failure("non_finite", f"output {i} has {int(bad.sum())} NaN/Inf value(s)",
+                               {"input_set": index, "output": i, "index": unravel(where, t.shape)})
+    return None
+
+
+def check_written(poisoned: list[float], index: int) -> Failure | None:
+    for i, share in enumerate(poisoned):
+        if share > UNWRITTEN_SHARE:
+            return Failure("unwritten_output", f"{share:.0%} of output {i} still holds the poison "
+                           "written before the call: the kernel did not write it",
+                           {"input_set": index, "output": i, "poisoned_share": share})
+    return None
+
+
+def check_inputs_untouched(mutated: list[int], index: int) -> Failure | None:
+    if mutated:
+        return Failure("mutated_input", f"forward changed input(s) {mutated}",
+                       {"input_set": index, "inputs": mutated})
+    return None
+
+
+def check_target_launched(launches: int, target: str, index: int) -> Failure | None:
+    if launches <= 0:
+        return Failure("no_target_kernel", f"no {target} kernel was launched: a candidate that "
+                       "only calls PyTorch is not a port", {"input_set": index})
+    return None
+
+
+def check_no_torch_compute(ops: dict[str, int], index: int) -> Failure | None:
+    if ops:
+        names = ", ".join(f"{k}×{v}" for k, v in sorted(ops.items()))
+        return Failure("torch_compute", f"forward computes with PyTorch ops outside its kernels: "
+                       f"{names}", {"input_set": index, "ops": ops})
+    return None
+
+
+def check_numerics(cand: list[torch.Tensor], oracle: list[torch.Tensor], tol: Tolerance,
+                   index: int) -> tuple[Failure | None, SetOutcome]:
+    worst = SetOutcome(index, 0.0, 0.0, tol)
+    for i, (c, o) in enumerate(zip(cand, oracle, strict=True)):
+        norm, elem, flat = rel_errors(c, o)
+        worst.norm_error = max(worst.norm_error, norm)
+        worst.elem_error = max(worst.elem_error, elem)
+        if norm > tol.norm or elem > tol.elem:
+            at = unravel(flat, o.shape)
+            which = "normwise" if norm > tol.norm else "elementwise"
+            return Failure("mismatch", f"output {i} differs from the float64 oracle on input set "
+                           f"{index}: {which} error {max(norm, elem) if which == 'elementwise' else norm:.3g}"
+                           f" > {tol.elem if which == 'elementwise' else tol.norm:.3g}",
+                           {"input_set": index, "output": i, "max_rel_error": norm,
+                            "max_elem_error": elem, "tolerance": tol.norm, "elem_tolerance": tol.elem,
+                            "index": at, "got": float(c.reshape(-1)[flat]),
+                            "expected": float(o.reshape(-1)[flat])}), worst
+    return None, worst
+
+
+def check_deterministic(first: list[torch.Tensor], again: list[torch.Tensor], tol: Tolerance) -> Failure | None:
+    for i, (a, b) in enumerate(zip(first, again, strict=True)):
+        if a.shape != b.shape:
+            return Failure("nondeterministic", f"output {i} changed shape between identical runs")
+        norm, _, flat = rel_errors(b, a.double())
+        if not (norm <= DETERMINISM_SHARE * tol.norm) or not torch.isfinite(b).all():
+            return Failure("nondeterministic", f"output {i} differs between two identical runs "
+                           f"(normwise {norm:.3g})", {"output": i, "index": unravel(flat, a.shape)})
+    return None
+
+
+def unravel(flat: int, shape: torch.Size | list[int]) -> list[int]:
+    idx = []
+    for dim in reversed(list(shape)):
+        idx.append(flat % dim if dim else 0)
+        flat //= max(dim, 1)
+    return list(reversed(idx))

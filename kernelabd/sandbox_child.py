@@ -1,0 +1,555 @@
+"""What runs inside a sandbox process: load a reference or candidate, run it, time it.
+
+Everything here shares a process with untrusted code, so nothing here decides anything. It
+produces outputs and samples; the trusted parent compares outputs against an oracle computed in
+another process and cross-checks the samples against its own clock. The checks made here (types,
+launch counts, tampering) are tripwires that give a clear reason sooner, not the last line.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import math
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernelabd import wire
+
+# Captured before any evaluated code is imported: what the harness relies on.
+_TENSOR = torch.Tensor
+_type = builtins.type
+_perf_ns = time.perf_counter_ns
+_WATCHED: list[tuple[Any, str]] = [
+    (time, "perf_counter"), (time, "perf_counter_ns"), (time, "time"), (time, "monotonic"),
+    (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
+    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
+    (torch, "allclose"), (torch, "isclose"), (torch, "equal"), (torch.testing, "assert_close"),
+    (numpy, "allclose"), (numpy.testing, "assert_allclose"), (torch.Tensor, "__eq__"),
+    (builtins, "type"), (builtins, "isinstance"), (wire, "send"), (wire, "encode"),
+]
+_ORIGINALS = {(id(owner), attr): getattr(owner, attr) for owner, attr in _WATCHED}
+
+# aten ops a port may use outside its kernels: allocation, views and data movement.
+ALLOWED_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+    "fill_", "zero_", "arange", "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided",
+    "t", "transpose", "permute", "expand", "expand_as", "clone", "copy_", "_to_copy", "detach",
+    "alias", "slice", "select", "unsqueeze", "squeeze", "flatten", "unflatten", "split",
+    "split_with_sizes", "chunk", "narrow", "unbind", "lift_fresh", "contiguous", "cat", "stack",
+    "view_as", "resize_", "set_", "_local_scalar_dense", "is_same_size", "sym_size", "sym_stride",
+    "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type", "record_stream",
+})
+
+POISON_BYTE = 0xFF            # float32 0xFFFFFFFF is a NaN: unwritten outputs show as poison
+CPU_FLUSH_BYTES = 32 << 20
+
+
+class Refused(Exception):
+    """The evaluated code did something the harness refuses; ``rule`` names what."""
+
+    def __init__(self, rule: str, message: str, evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.evidence = evidence or {}
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts aten compute ops run outside target-language kernels (a port must not use them)."""
+
+    def __init__(self, launches: LaunchCounter) -> None:
+        super().__init__()
+        self.launches = launches
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        name = func.overloadpacket.__name__
+        if not self.launches.active and name not in ALLOWED_OPS:
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class LaunchCounter:
+    """Counts Triton kernel launches by wrapping the launchers' ``run`` methods."""
+
+    def __init__(self) -> None:
+        self.kernels: Counter[str] = Counter()
+        self.active = 0
+
+    def install(self) -> None:
+        from triton.runtime import jit
+
+        classes = [jit.JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        except ImportError:
+            pass
+        for cls in classes:
+            cls.run = self._wrap(cls.run)
+
+    def _wrap(self, run):  # noqa: ANN001, ANN202
+        counter = self
+
+        def counted(fn_self, *args, **kwargs):  # noqa: ANN001, ANN202
+            if not kwargs.get("warmup", False):
+                counter.kernels[getattr(fn_self, "__name__", None) or fn_self.fn.__name__] += 1
+            counter.active += 1
+            try:
+                return run(fn_self, *args, **kwargs)
+            finally:
+                counter.active -= 1
+        return counted
+
+
+def tampered() -> list[str]:
+    """Names of harness-critical functions that no longer are what they were at start."""
+    return [f"{getattr(owner, '__name__', _type(owner).__name__)}.{attr}"
+            for owner, attr in _WATCHED if getattr(owner, attr) is not _ORIGINALS[(id(owner), attr)]]
+
+
+def load_module(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise Refused("bad_candidate", f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def flatten_outputs(out: Any) -> list[torch.Tensor]:
+    """Outputs as a list of plain tensors; anything else is refused with its type."""
+    items = list(out) if _type(out) in (tuple, list) else [out]
+    if not items:
+        raise Refused("not_a_tensor", "forward returned an empty sequence")
+    for i, t in enumerate(items):
+        if _type(t) is not _TENSOR:
+            raise Refused("not_a_tensor", f"output {i} is a {_type(t).__module__}."
+                          f"{_type(t).__qualname__}, not a plain torch.Tensor",
+                          {"output": i, "type": _type(t).__qualname__})
+        if t.device.type == "meta" or t.is_sparse or t.layout != torch.strided:
+            raise Refused("not_a_tensor", f"output {i} is not a dense tensor with storage")
+    return items
+
+
+def describe(outs: list[torch.Tensor]) -> list[dict[str, Any]]:
+    return [{"dtype": wire.DTYPE_NAMES.get(t.dtype, str(t.dtype)), "shape": list(t.shape),
+             "stride": list(t.stride())} for t in outs]
+
+
+def to_device(values: list[Any], device: str) -> list[Any]:
+    return [v.to(device).clone() if isinstance(v, _TENSOR) else v for v in values]
+
+
+def sync(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+class Harness:
+    """State of one sandbox: the model(s) under evaluation and their inputs."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.device = "cpu"
+        self.models: list[torch.nn.Module] = []
+        self.timing_inputs: list[list[Any]] = []
+        self.kept: dict[int, list[torch.Tensor]] = {}
+        self.launches = LaunchCounter()
+        self.graphs: list[Any] | None = None
+        self.graph_reps = 1
+        self.flush_buf: torch.Tensor | None = None
+
+    # ----- setup -------------------------------------------------------------------------
+    def setup(self, msg: dict[str, Any]) -> None:
+        self.device = msg["device"]
+        tf32 = bool(msg.get("tf32", False))
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        if self.device != "cpu":
+            torch.cuda.set_device(0)
+        try:
+            self.launches.install()
+        except ImportError:
+            pass
+
+    def hello(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"device": self.device}
+        if self.device != "cpu":
+            props = torch.cuda.get_device_properties(0)
+            info.update(name=props.name, uuid=str(getattr(props, "uuid", "")),
+                        l2_bytes=int(getattr(props, "L2_cache_size", 0)))
+        return info
+
+    # ----- reference ---------------------------------------------------------------------
+    def load_reference(self, msg: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self.setup(msg)
+        module = load_module(msg["path"], "kernelab_reference")
+        shapes, tensors = [], []
+        defaults = {k: getattr(module, k, None) for consts in msg["shapes"] for k in consts}
+        for idx, consts in enumerate(msg["shapes"]):
+            for key, value in {**defaults, **consts}.items():
+                setattr(module, key, value)
+            init = list(module.get_init_inputs())
+            require_json(init, "get_init_inputs()")
+            torch.manual_seed(msg["param_seeds"][idx])
+            model = module.Model(*init)
+            randomise_parameters(model, msg["param_seeds"][idx])
+            sd = model.state_dict()
+            shapes.append({"init_inputs": init, "state_keys": list(sd)})
+            tensors.extend(v.detach().cpu() for v in sd.values())
+            model._kernelab_consts = dict(consts)
+            self.models.append(model.to(self.device).eval())
+        module_consts = msg["shapes"]
+        sets = []
+        n_gate = len(msg["sets"])
+        for k, entry in enumerate(msg["sets"] + msg["timing_sets"]):
+            for key, value in {**defaults, **module_consts[entry["shape"]]}.items():
+                setattr(module, key, value)
+            torch.manual_seed(entry["seed"])
+            inputs = list(module.get_inputs())
+            inputs = apply_variant(inputs, entry["variant"], entry["seed"])
+            require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
+            kinds = [("tensor" if isinstance(v, _TENSOR) else "scalar") for v in inputs]
+            scalars = [None if isinstance(v, _TENSOR) else v for v in inputs]
+            outs, oracle = self.reference_outputs(entry["shape"], inputs)
+            sets.append({"kinds": kinds, "scalars": scalars, "n_outputs": len(outs),
+                         "outputs": describe(outs)})
+            tensors.extend(v for v in inputs if isinstance(v, _TENSOR))
+            tensors.extend(o.detach().cpu() for o in outs)
+            tensors.extend(o.detach().cpu() for o in oracle)
+            if k >= n_gate:
+                self.timing_inputs.append(to_device(inputs, self.device))
+        return {"shapes": shapes, "sets": sets, "info": self.hello()}, tensors
+
+    def reference_outputs(self, shape: int, inputs: list[Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The reference's own outputs and the float64 oracle's, on the same inputs."""
+        model = self.models[shape]
+        with torch.no_grad():
+            outs = outputs_of(model(*to_device(inputs, self.device)), "reference")
+            sync(self.device)
+            import copy
+            oracle_model = copy.deepcopy(model).double()
+            dbl = [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else v
+                   for v in to_device(inputs, self.device)]
+            oracle = outputs_of(oracle_model(*dbl), "reference (float64)")
+            del oracle_model
+        return outs, oracle
+
+    # ----- candidate ---------------------------------------------------------------------
+    def load_candidate(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self.setup(msg)
+        module = load_module(msg["path"], "kernelab_candidate")
+        self.check_tamper("importing the candidate")
+        if not hasattr(module, "ModelNew"):
+            raise Refused("bad_candidate", "the candidate defines no ModelNew")
+        it = iter(tensors)
+        for shape in msg["shapes"]:
+            model = module.ModelNew(*shape["init_inputs"])
+            sd = {k: next(it) for k in shape["state_keys"]}
+            try:
+                model.load_state_dict(sd, strict=True)
+            except RuntimeError as exc:
+                raise Refused("state_dict", "ModelNew does not load the reference's state_dict: "
+                              + str(exc).strip().splitlines()[-1].strip()) from exc
+            self.models.append(model.to(self.device).eval())
+        gate_inputs = [self.take_inputs(s, it) for s in msg["sets"]]
+        self.timing_inputs = [to_device(self.take_inputs(s, it), self.device) for s in msg["timing_sets"]]
+        if not msg.get("gate", True):
+            return {"info": self.hello()}, []
+        return self.run_gate(msg["sets"], gate_inputs)
+
+    @staticmethod
+    def take_inputs(entry: dict[str, Any], it: Any) -> list[Any]:
+        return [next(it) if kind == "tensor" else scalar
+                for kind, scalar in zip(entry["kinds"], entry["scalars"], strict=True)]
+
+    def run_gate(self, sets: list[dict[str, Any]], gate_inputs: list[list[Any]]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        results, tensors = [], []
+        for entry, inputs in zip(sets, gate_inputs, strict=True):
+            outs, report = self.gated_call(entry["shape"], inputs)
+            results.append(report)
+            tensors.extend(outs)
+        again, _ = self.gated_call(sets[0]["shape"], gate_inputs[0])
+        tensors.extend(again)
+        return {"sets": results, "kernels": dict(self.launches.kernels), "info": self.hello()}, tensors
+
+    def gated_call(self, shape: int, inputs: list[Any]) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """One forward on fresh device copies, with poisoned memory and op/launch counting."""
+        args = to_device(inputs, self.device)
+        pristine = [a.clone() if isinstance(a, _TENSOR) else a for a in args]
+        self.poison(args)
+        launches_before = sum(self.launches.kernels.values())
+        counter = OpCounter(self.launches)
+        with torch.no_grad(), counter:
+            out = self.models[shape](*args)
+        sync(self.device)
+        outs = flatten_outputs(out)
+        self.check_tamper("running forward")
+        mutated = [i for i, (a, p) in enumerate(zip(args, pristine, strict=True))
+                   if isinstance(a, _TENSOR) and not torch.equal(a, p)]
+        report = {"outputs": describe(outs), "mutated": mutated, "torch_ops": dict(counter.ops),
+                  "launches": sum(self.launches.kernels.values()) - launches_before,
+                  "poisoned": [poisoned_fraction(o) if self.device != "cpu" else 0.0 for o in outs]}
+        return [o.detach().cpu() for o in outs], report
+
+    def poison(self, args: list[Any]) -> None:
+        """Fill freed allocator memory with NaN bytes so an unwritten output cannot look right."""
+        if self.device == "cpu":
+            return
+        nbytes = sum(a.numel() * a.element_size() for a in args if isinstance(a, _TENSOR))
+        blob = torch.empty(max(4 * nbytes, 64 << 20), dtype=torch.uint8, device=self.device)
+        blob.fill_(POISON_BYTE)
+        del blob
+
+    def check_tamper(self, when: str) -> None:
+        changed = tampered()
+        if changed:
+            raise Refused("tampering", f"harness functions replaced while {when}: "
+                          f"{', '.join(changed)}", {"replaced": changed})
+
+    # ----- timing ------------------------------------------------------------------------
+    def forward(self, i: int) -> Any:
+        with torch.no_grad():
+            return self.models[0](*self.timing_inputs[i % len(self.timing_inputs)])
+
+    def flush(self) -> None:
+        """Evict caches between samples: write a buffer of at least twice the L2 (or LLC)."""
+        if self.flush_buf is None:
+            if self.device == "cpu":
+                nbytes = CPU_FLUSH_BYTES
+            else:
+                l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 << 20)
+                nbytes = max(2 * l2, 128 << 20)
+            self.flush_buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        if self.device != "cpu":
+            reset_persisting_l2()
+        self.flush_buf.zero_()
+
+    def sample(self, i: int) -> float:
+        """One cold sample in ms; device time spans every stream (device-wide sync before end)."""
+        self.flush()
+        if self.device == "cpu":
+            t0 = _perf_ns()
+            out = self.forward(i)
+            ms = (_perf_ns() - t0) / 1e6
+        else:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            if self.graphs is not None:
+                self.graphs[i % len(self.graphs)][0].replay()
+                out = self.graphs[i % len(self.graphs)][1]
+            else:
+                out = self.forward(i)
+            torch.cuda.synchronize()
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end) / self.graph_reps
+        self.kept[i % len(self.timing_inputs)] = [o.clone() for o in flatten_outputs(out)]
+        return ms
+
+    def calibrate(self, msg: dict[str, Any]) -> dict[str, Any]:
+        for i in range(2 * len(self.timing_inputs)):
+            flatten_outputs(self.forward(i))
+        sync(self.device)
+        samples = [self.sample(i) for i in range(max(3, len(self.timing_inputs)))]
+        self.check_tamper("timing")
+        return {"est_ms": sorted(samples)[len(samples) // 2]}
+
+    def use_graphs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Capture each input set's forward, ``reps`` times, into a CUDA graph (tiny kernels)."""
+        reps = int(msg["reps"])
+        graphs = []
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for i in range(len(self.timing_inputs)):
+                flatten_outputs(self.forward(i))
+        torch.cuda.current_stream().wait_stream(stream)
+        for i in range(len(self.timing_inputs)):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(reps):
+                    out = self.forward(i)
+            graphs.append((graph, out))
+        self.graphs, self.graph_reps = graphs, reps
+        return {"reps": reps}
+
+    def block(self, msg: dict[str, Any]) -> dict[str, Any]:
+        start = int(msg.get("start", 0))
+        samples = [self.sample(start + k) for k in range(int(msg["n"]))]
+        self.check_tamper("timing")
+        return {"samples_ms": samples}
+
+    def hot(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Back-to-back calls without flushing; the parent times this with its own clock."""
+        for k in range(int(msg["k"])):
+            self.forward(k)
+        sync(self.device)
+        return {}
+
+    def kept_outputs(self) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        order = sorted(self.kept)
+        tensors = [t.detach().cpu() for i in order for t in self.kept[i]]
+        return {"sets": order, "counts": [len(self.kept[i]) for i in order]}, tensors
+
+
+def outputs_of(out: Any, who: str) -> list[torch.Tensor]:
+    items = list(out) if isinstance(out, tuple | list) else [out]
+    if not items or not all(isinstance(t, torch.Tensor) for t in items):
+        kinds = ", ".join(type(t).__name__ for t in items) or "nothing"
+        raise Refused("bad_reference", f"{who} forward returned {kinds}; expected tensors")
+    if any(t.numel() == 0 for t in items):
+        raise Refused("bad_reference", f"{who} forward returned an empty tensor")
+    return items
+
+
+def require_json(values: list[Any], where: str) -> None:
+    """Non-tensor arguments travel as JSON; say clearly when one cannot."""
+    import json
+
+    try:
+        json.dumps(values)
+    except (TypeError, ValueError) as exc:
+        raise Refused("bad_reference", f"{where} returned a value that is neither a tensor nor "
+                      f"a plain number/string/list: {exc}") from exc
+
+
+def randomise_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Move every parameter away from its default init, so that ignoring one is caught.
+
+    Each keeps its own scale (a default-init LayerNorm weight of ones becomes about 1 ± 0.1),
+    and buffers (running statistics) stay as they are, since they may have to stay positive.
+    """
+    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+    with torch.no_grad():
+        for p in model.parameters():
+            if not p.is_floating_point() or p.numel() == 0:
+                continue
+            data = p.detach().double()
+            mean = float(data.mean())
+            std = float(data.std()) if p.numel() > 1 else 0.0
+            scale = max(std, 0.1 * abs(mean), 0.05)
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            p.copy_((mean + scale * noise).to(p.dtype))
+
+
+def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
+    """Input distributions beyond what ``get_inputs`` draws: a candidate must not rely on it.
+
+    ``scaled`` stretches and shifts by a large positive offset (catches, e.g., softmax without
+    max subtraction); ``heavy`` replaces values by a Student-t draw with the same centre and
+    spread (outliers).
+    """
+    if variant == "base":
+        return inputs
+    gen = torch.Generator().manual_seed(seed ^ 0xC0FFEE)
+    out = []
+    for v in inputs:
+        if not (isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 1):
+            out.append(v)
+            continue
+        x = v.double()
+        mean, std = float(x.mean()), float(x.std()) or 1.0
+        if variant == "scaled":
+            scale = 10 ** (torch.rand((), generator=gen, dtype=torch.float64).item() * 1.5 - 0.5)
+            offset = 30 + 60 * torch.rand((), generator=gen, dtype=torch.float64).item()
+            y = (x - mean) * scale + mean + offset * std
+        else:
+            t = torch.distributions.StudentT(2.5).sample(v.shape).double()
+            y = mean + std * t.clamp(-1e3, 1e3) / math.sqrt(5.0)
+        out.append(y.to(v.dtype))
+    return out
+
+
+def poisoned_fraction(t: torch.Tensor) -> float:
+    """Share of an output's bytes that still hold the poison pattern."""
+    raw = t.detach().contiguous().view(-1).view(torch.uint8)
+    if raw.numel() == 0:
+        return 0.0
+    width = t.element_size()
+    words = raw.view(-1, width)
+    return float((words == POISON_BYTE).all(dim=1).float().mean())
+
+
+def reset_persisting_l2() -> None:
+    """Drop any persisting-L2 carve-out, so data pinned in L2 cannot survive the flush."""
+    cudart = _cudart()
+    if cudart is None:
+        return
+    cudart.cudaDeviceSetLimit(cudart.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
+    cudart.cudaCtxResetPersistingL2Cache()
+
+
+_CUDART: Any = None
+
+
+def _cudart() -> Any:
+    global _CUDART
+    if _CUDART is None:
+        try:
+            from cuda.bindings import runtime as cudart
+        except ImportError:
+            try:
+                from cuda import cudart
+            except ImportError:
+                cudart = False
+        _CUDART = cudart
+    return _CUDART or None
+
+
+def error_reply(exc: BaseException, where: str) -> dict[str, Any]:
+    lines = str(exc).strip().splitlines()
+    reply: dict[str, Any] = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}",
+                             "where": where, "traceback": traceback.format_exc()[-3000:]}
+    if isinstance(exc, Refused):
+        reply.update(rule=exc.rule, error=str(exc), evidence=exc.evidence)
+    return reply
+
+
+def serve(sock: Any) -> None:
+    harness = Harness(sock)
+    handlers = {
+        "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
+        "graphs": harness.use_graphs,
+    }
+    while True:
+        msg, tensors = wire.recv(sock)
+        cmd = msg.get("cmd")
+        if cmd == "exit":
+            return
+        try:
+            if cmd == "load_reference":
+                reply, out = harness.load_reference(msg)
+            elif cmd == "load_candidate":
+                reply, out = harness.load_candidate(msg, tensors)
+            elif cmd == "outputs":
+                reply, out = harness.kept_outputs()
+            else:
+                reply, out = handlers[cmd](msg), []
+        except Exception as exc:  # every failure of evaluated code becomes a reply
+            reply, out = error_reply(exc, str(cmd)), []
+        wire.send(sock, reply, out)
+
+
+def main() -> None:
+    import socket
+
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    Path("triton-cache").mkdir(exist_ok=True)
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Measurement: interleaved A/B blocks in two sandbox processes on the same device.
+
+The sandboxes take the samples (CUDA events with a device-wide synchronisation before the end
+event, L2 flushed and persisting-L2 reset before every sample, input sets rotating; a host clock
+on CPU). This module drives them, records the clock state around every block, re-runs blocks
+taken while the GPU throttled, stops when the speedup's confidence interval is tight enough or
+the budget is spent, and finally cross-checks the reported times against our own clock: a
+candidate that rewrites its timer in its own process cannot rewrite ours.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelabd import accept
+from kernelabd.clocks import ClockSampler
+from kernelabd.config import TimingConfig
+from kernelabd.sandbox import Sandbox
+
+GRAPH_BELOW_MS = 0.010          # kernels faster than this are timed as CUDA-graph replays
+GRAPH_TARGET_MS = 0.050         # … with this much work per replay
+MAX_PAIRS = 400
+MAX_DISCARDS = 10
+HOT_TARGET_S = 0.1              # trusted-clock cross-check: this long of back-to-back calls
+TRUSTED_FLOOR_MS = 0.2          # below this per call, host overhead hides device time
+TRUSTED_RATIO = 0.5             # reported time may not be under half of what our clock saw
+
+
+@dataclass
+class Measurement:
+    a_ms: float
+    b_ms: float
+    decision: accept.Decision
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    clock_samples: list[dict[str, Any]] = field(default_factory=list)
+    discarded: int = 0
+    mode: str = "eager"
+    trusted_ms: dict[str, float] = field(default_factory=dict)
+
+
+class TimerMismatch(Exception):
+    """What the candidate reported is inconsistent with the time our own clock measured."""
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+class Comparison:
+    """One A/B comparison: A is the baseline (reference or incumbent), B the candidate."""
+
+    def __init__(self, a: Sandbox, b: Sandbox, cfg: TimingConfig, device: str,
+                 sampler: ClockSampler | None, deadline: float,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.boxes = {"A": a, "B": b}
+        self.cfg = cfg
+        self.device = device
+        self.sampler = sampler
+        self.deadline = deadline
+        self.progress = progress or (lambda _msg: None)
+        self.blocks: list[dict[str, Any]] = []
+        self.clock_samples: list[dict[str, Any]] = []
+
+    def _ask(self, side: str, header: dict[str, Any], what: str) -> dict[str, Any]:
+        reply, _ = self.boxes[side].request(header, deadline=self.deadline, what=what)
+        return reply
+
+    def _choose_mode(self, est: dict[str, float]) -> str:
+        """Tiny kernels are timed as graph replays, where launch overhead would swamp them."""
+        if self.device == "cpu" or min(est.values()) >= GRAPH_BELOW_MS:
+            return "eager"
+        reps = max(1, math.ceil(GRAPH_TARGET_MS / max(min(est.values()), 1e-4)))
+        try:
+            self._ask("B", {"cmd": "graphs", "reps": reps}, "capturing a CUDA graph")
+        except Exception:  # a candidate that cannot be captured is timed eagerly
+            return "eager"
+        self._ask("A", {"cmd": "graphs", "reps": reps}, "capturing a CUDA graph")
+        return "graph"
+
+    def _block(self, side: str, pair: int, n: int) -> tuple[float, bool]:
+        before = self.sampler.sample() if self.sampler else None
+        t0 = time.monotonic()
+        reply = self._ask(side, {"cmd": "block", "n": n, "start": pair * n}, "timing")
+        wall = time.monotonic() - t0
+        after = self.sampler.sample() if self.sampler else None
+        samples = [float(x) for x in reply["samples_ms"]]
+        if len(samples) != n or not all(math.isfinite(x) and x > 0 for x in samples):
+            raise TimerMismatch(f"{side} returned {len(samples)} invalid samples for {n} calls")
+        if sum(samples) / 1000 > wall * 1.05 + 0.002:
+            raise TimerMismatch(f"{side} reported {sum(samples):.3f} ms of work in a block our "
+                                f"clock saw take {wall * 1000:.3f} ms")
+        throttled = bool(before and after and (before["throttled"] or after["throttled"]))
+        clock = after or before
+        if clock:
+            self.clock_samples.append(clock)
+        self.blocks.append({"side": side, "idx": len(self.blocks), "samples_ms": samples,
+                            "median_ms": _median(samples), "clock": clock, "throttled": throttled,
+                            "wall_ms": wall * 1000})
+        return _median(samples), throttled
+
+    def _trusted_ms(self, side: str, est_ms: float) -> float:
+        """Per-call time of back-to-back calls, measured by our clock around the request."""
+        k = int(min(2000, max(3, HOT_TARGET_S * 1000 / max(est_ms, 1e-3))))
+        t0 = time.monotonic()
+        self._ask(side, {"cmd": "hot", "k": k}, "timing back-to-back calls")
+        return (time.monotonic() - t0) * 1000 / k
+
+    def run(self) -> Measurement:
+        est = {s: float(self._ask(s, {"cmd": "calibrate"}, "warming up")["est_ms"]) for s in "AB"}
+        mode = self._choose_mode(est)
+        n = int(min(100, max(1, round(self.cfg.block_ms / max(max(est.values()), 1e-4)))))
+        a_meds: list[float] = []
+        b_meds: list[float] = []
+        discarded = 0
+        start = time.monotonic()
+        budget = self.cfg.budget_s
+        decision = None
+        while len(a_meds) < MAX_PAIRS:
+            order = "AB" if len(a_meds) % 2 == 0 else "BA"
+            meds = {}
+            throttled = False
+            for side in order:
+                meds[side], hot = self._block(side, len(a_meds), n)
+                throttled = throttled or hot
+            if throttled and discarded < MAX_DISCARDS:
+                discarded += 1
+                continue
+            a_meds.append(meds["A"])
+            b_meds.append(meds["B"])
+            enough = len(a_meds) >= max(3, self.cfg.min_pairs)
+            if enough:
+                decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)
+                if decision.rel_halfwidth <= self.cfg.target_rel_noise:
+                    break
+            if time.monotonic() - start > budget and len(a_meds) >= 3:
+                break
+            self.progress(f"timing: {len(a_meds)} block pairs")
+        decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)
+        trusted = {s: self._trusted_ms(s, est[s]) for s in "AB"}
+        b_ms = _median(b_meds)
+        if mode == "eager" and trusted["B"] > TRUSTED_FLOOR_MS and b_ms < TRUSTED_RATIO * trusted["B"]:
+            raise TimerMismatch(f"the candidate reported {b_ms:.4f} ms per call, but our own clock "
+                                f"measured {trusted['B']:.4f} ms per call back to back")
+        return Measurement(a_ms=_median(a_meds), b_ms=b_ms, decision=decision, blocks=self.blocks,
+                           clock_samples=self.clock_samples, discarded=discarded, mode=mode,
+                           trusted_ms=trusted)

@@ -1,0 +1,112 @@
+"""The message format between trusted code and sandbox processes.
+
+A message is a JSON header plus raw tensor bytes, length-prefixed, over a socket. There is
+deliberately no pickle anywhere on the way back from a sandbox: unpickling bytes written by a
+candidate would hand it code execution inside the process that computes the verdict. Tensors
+travel as (dtype, shape, bytes) and are rebuilt as fresh, plain, contiguous tensors, so nothing a
+candidate returns can be a subclass, a lazy object or a view of memory it still controls.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+import torch
+
+MAX_HEADER = 16 << 20          # a header larger than this is a protocol violation
+MAX_PAYLOAD = 64 << 30
+
+DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
+    "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+class ProtocolError(RuntimeError):
+    """The peer sent something that is not a well-formed message (or hung up)."""
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def encode(header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> bytes:
+    """Serialise a header and tensors; the header gains a ``tensors`` index."""
+    tensors = tensors or []
+    blobs = [_tensor_bytes(t) for t in tensors]
+    header = dict(header)
+    header["tensors"] = [
+        {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "nbytes": len(b)}
+        for t, b in zip(tensors, blobs, strict=True)
+    ]
+    head = json.dumps(header).encode()
+    payload = b"".join(blobs)
+    return struct.pack("<QQ", len(head), len(payload)) + head + payload
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ProtocolError("peer closed the connection")
+        got += k
+    return buf
+
+
+def _decode_tensor(meta: Any, payload: bytearray, offset: int) -> tuple[torch.Tensor, int]:
+    if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
+        raise ProtocolError(f"bad tensor descriptor {meta!r:.200}")
+    shape = meta.get("shape")
+    nbytes = meta.get("nbytes")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise ProtocolError("bad tensor shape")
+    dtype = DTYPES[meta["dtype"]]
+    numel = 1
+    for s in shape:
+        numel *= s
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if nbytes != numel * itemsize or offset + nbytes > len(payload):
+        raise ProtocolError("tensor size does not match its descriptor")
+    raw = bytes(payload[offset:offset + nbytes])
+    if dtype == torch.bfloat16:
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.int16).view(torch.bfloat16)
+    elif numel == 0:
+        flat = torch.empty(0, dtype=dtype)
+    else:
+        flat = torch.frombuffer(bytearray(raw), dtype=dtype)
+    return flat.reshape(shape).clone(), offset + nbytes
+
+
+def recv(sock: socket.socket) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """Read one message; anything malformed raises ``ProtocolError``."""
+    head_len, payload_len = struct.unpack("<QQ", bytes(_recv_exact(sock, 16)))
+    if head_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
+        raise ProtocolError("message too large")
+    try:
+        header = json.loads(bytes(_recv_exact(sock, head_len)))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"header is not JSON: {exc}") from exc
+    if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
+        raise ProtocolError("header is not an object")
+    payload = _recv_exact(sock, payload_len)
+    tensors = []
+    offset = 0
+    for meta in header.get("tensors", []):
+        t, offset = _decode_tensor(meta, payload, offset)
+        tensors.append(t)
+    return header, tensors
+
+
+def send(sock: socket.socket, header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> None:
+    sock.sendall(encode(header, tensors))
