@@ -176,6 +176,7 @@ class Check:
             tolerances[i] = tol
             failure = (gate.check_structure(ref.sets[i]["outputs"], report["outputs"], i)
                        or gate.check_written(report.get("poisoned", []), i)
+                       or gate.check_synchronised(report.get("unsynchronised", []), i)
                        or gate.check_finite(cand, i)
                        or gate.check_inputs_untouched(report.get("mutated", []), i)
                        or gate.check_target_launched(int(report.get("launches", 0)), target, i)
@@ -311,8 +312,10 @@ class Check:
         try:
             reply, tensors = box.request(msg, deadline=self.deadline, what="running the reference")
         except SandboxError as exc:
-            raise Rejected(CheckResult.invalid(
-                "bad_reference", f"{self._problem.path}: {exc.message}", self.device)) from None
+            result = CheckResult.invalid("bad_reference", f"{self._problem.path}: {exc.message}",
+                                         self.device)
+            result.evidence = {"stderr_tail": exc.detail[-3000:]} if exc.detail else {}
+            raise Rejected(result) from None
         return split_reference(reply, tensors, sets + timing)
 
     def start_baseline(self, stack: ExitStack, ref: RefData, n_gate: int) -> Sandbox:

@@ -127,6 +127,14 @@ def check_written(poisoned: list[float], index: int) -> Failure | None:
     return None
 
 
+def check_synchronised(unsynchronised: list[int], index: int) -> Failure | None:
+    if unsynchronised:
+        return Failure("unsynchronised_output", f"output(s) {unsynchronised} were still being "
+                       "written after forward returned: work on another stream is not ordered "
+                       "before the caller's stream", {"input_set": index, "outputs": unsynchronised})
+    return None
+
+
 def check_inputs_untouched(mutated: list[int], index: int) -> Failure | None:
     if mutated:
         return Failure("mutated_input", f"forward changed input(s) {mutated}",

@@ -10,6 +10,12 @@ import os
 import socket
 
 
+def _one_line(text: str) -> str:
+    """Each line of a datagram is one assignment: a newline inside a status (an exception
+    message, say) would otherwise let it inject ``READY=1`` or ``WATCHDOG=1``."""
+    return " ".join(text.splitlines())
+
+
 class Notifier:
     """Tells systemd we are ready, what we are doing, and that we are alive."""
 
@@ -49,10 +55,10 @@ class Notifier:
         return True
 
     def ready(self, status: str | None = None) -> bool:
-        return self.send("READY=1", *([f"STATUS={status}"] if status else []))
+        return self.send("READY=1", *([f"STATUS={_one_line(status)}"] if status else []))
 
     def status(self, text: str) -> bool:
-        return self.send(f"STATUS={text}")
+        return self.send(f"STATUS={_one_line(text)}")
 
     def watchdog(self) -> bool:
         return self.send("WATCHDOG=1")

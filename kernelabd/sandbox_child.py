@@ -293,21 +293,36 @@ class Harness:
         counter = OpCounter(self.launches)
         with torch.no_grad(), counter:
             out = self.models[shape](*args)
-        sync(self.device)
         outs = flatten_outputs(out)
+        # Snapshot on the caller's stream before any synchronisation: work still running on
+        # another stream when forward returned shows up as a difference.
+        snapshots = [o.clone() for o in outs] if self.device != "cpu" else outs
+        sync(self.device)
         self.check_tamper("running forward")
         mutated = [i for i, (a, p) in enumerate(zip(args, pristine, strict=True))
-                   if isinstance(a, _TENSOR) and not torch.equal(a, p)]
+                   if isinstance(a, _TENSOR) and not same_bits(a, p)]
         report = {"outputs": describe(outs), "mutated": mutated, "torch_ops": dict(counter.ops),
                   "launches": sum(self.launches.kernels.values()) - launches_before,
-                  "poisoned": [poisoned_fraction(o) if self.device != "cpu" else 0.0 for o in outs]}
+                  "poisoned": [poisoned_fraction(o) for o in outs],
+                  "unsynchronised": [i for i, (a, b) in enumerate(zip(outs, snapshots, strict=True))
+                                     if not same_bits(a, b)]}
         return [o.detach().cpu() for o in outs], report
 
     def poison(self, args: list[Any]) -> None:
-        """Fill freed allocator memory with NaN bytes so an unwritten output cannot look right."""
+        """Fill memory the allocator will hand out next with NaN bytes, then free it.
+
+        An output the candidate allocates but never writes then reads as poison, whatever the
+        allocator recycled. On a GPU one large block covers the caching allocator's next
+        allocations; on CPU, blocks the size of each input are what malloc returns next.
+        """
+        tensors = [a for a in args if isinstance(a, _TENSOR)]
         if self.device == "cpu":
+            blobs = [torch.empty(a.numel() * a.element_size(), dtype=torch.uint8) for a in tensors]
+            for blob in blobs:
+                blob.fill_(POISON_BYTE)
+            del blobs
             return
-        nbytes = sum(a.numel() * a.element_size() for a in args if isinstance(a, _TENSOR))
+        nbytes = sum(a.numel() * a.element_size() for a in tensors)
         blob = torch.empty(max(4 * nbytes, 64 << 20), dtype=torch.uint8, device=self.device)
         blob.fill_(POISON_BYTE)
         del blob
@@ -448,8 +463,8 @@ def randomise_parameters(model: torch.nn.Module, seed: int) -> None:
 def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
     """Input distributions beyond what ``get_inputs`` draws: a candidate must not rely on it.
 
-    ``scaled`` stretches and shifts by a large positive offset (catches, e.g., softmax without
-    max subtraction); ``heavy`` replaces values by a Student-t draw with the same centre and
+    ``scaled`` stretches and shifts by a large positive offset, 100 to 200 standard deviations
+    (catches, e.g., softmax without max subtraction, whose exp() overflows past 88); ``heavy`` replaces values by a Student-t draw with the same centre and
     spread (outliers).
     """
     if variant == "base":
@@ -464,13 +479,21 @@ def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
         mean, std = float(x.mean()), float(x.std()) or 1.0
         if variant == "scaled":
             scale = 10 ** (torch.rand((), generator=gen, dtype=torch.float64).item() * 1.5 - 0.5)
-            offset = 30 + 60 * torch.rand((), generator=gen, dtype=torch.float64).item()
-            y = (x - mean) * scale + mean + offset * std
+            offset = 100 + 100 * torch.rand((), generator=gen, dtype=torch.float64).item()
+            y = (x - mean) * scale + mean + offset * max(std, 1.0)
         else:
             t = torch.distributions.StudentT(2.5).sample(v.shape).double()
             y = mean + std * t.clamp(-1e3, 1e3) / math.sqrt(5.0)
         out.append(y.to(v.dtype))
     return out
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN payloads and -0.0 included), unlike ``torch.equal``."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool((a.contiguous().view(-1).view(torch.uint8)
+                 == b.contiguous().view(-1).view(torch.uint8)).all())
 
 
 def poisoned_fraction(t: torch.Tensor) -> float:

@@ -40,7 +40,16 @@ def emit_json(result: CheckResult) -> None:
 
 
 def summary(result: CheckResult, console: Console, debug: bool) -> None:
-    """A few lines a person reads: the verdict, why, and the numbers that support it."""
+    """A few lines a person reads: the verdict, why, and the numbers that support it.
+
+    Input that could not be evaluated gets one line naming the file and the cause; the
+    sandbox's traceback follows only with ``--debug``.
+    """
+    if result.exit_code == 2:
+        click.echo(f"error: {result.reason}", err=True)
+        if debug and result.evidence.get("stderr_tail"):
+            console.print(result.evidence["stderr_tail"], markup=False, highlight=False)
+        return
     colour = {"pass": "green", "fail": "red", "error": "yellow"}[result.verdict]
     head = f"[bold {colour}]{result.verdict.upper()}[/]"
     if result.rule:
@@ -118,5 +127,5 @@ def check(reference: str, candidate: str, device: str, baseline: str | None, as_
     if as_json:
         emit_json(result)
     else:
-        summary(result, Console(), debug)
+        summary(result, Console(stderr=result.exit_code == 2), debug)
     sys.exit(result.exit_code)
