@@ -153,7 +153,16 @@ CREATE TABLE daemon (
 );
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1]
+# v2: the daemon's bookkeeping. ``active_s`` is the job's accumulated running time, so that
+# ``max_minutes`` counts work done, not the hours a stopped daemon was down; the events index
+# serves the per-job event log the TUI and reports show.
+SCHEMA_V2 = """
+ALTER TABLE jobs ADD COLUMN active_s REAL NOT NULL DEFAULT 0;
+CREATE INDEX events_job ON events(job_id, id);
+CREATE INDEX problems_name ON problems(name, revision);
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

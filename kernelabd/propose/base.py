@@ -1,0 +1,118 @@
+"""The interface every proposer implements, and the registry that finds them by name.
+
+A proposer is asked for one candidate at a time, with the whole history in hand, instead of
+being a long-lived generator: its state is then exactly what the database holds, so a job
+resumed after ``kill -9`` (or on another worker) continues the same search without repeating
+or skipping anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# name -> "module:Class"; a name missing here or failing to import is skipped with an event.
+REGISTRY: dict[str, str] = {
+    "template": "kernelabd.propose.template:TemplateProposer",
+    "inductor": "kernelabd.propose.inductor:InductorProposer",
+    "tune": "kernelabd.propose.tune:TuneProposer",
+}
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One candidate to evaluate: its source, its parent, and the single edit that made it."""
+
+    source: str
+    edit: str                                  # one line: "BLOCK_SIZE 256 → 512" or a reason
+    parent_id: int | None = None
+    params: dict[str, Any] | None = None       # declared tunables' values in ``source``
+    language: str = "triton"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A recorded candidate as proposers see it (a row of ``candidates``)."""
+
+    id: int
+    proposer: str
+    source: str
+    parent_id: int | None = None
+    edit: str | None = None
+    params: dict[str, Any] | None = None
+    language: str = "triton"
+    state: str = "pending"                     # pending | evaluating | done
+    verdict: str | None = None                 # pass | fail | error
+    rule: str | None = None
+    reason: str | None = None
+    candidate_ms: float | None = None
+    speedup: float | None = None
+    accepted: bool = False
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Candidate:
+        params = row.get("params")
+        return cls(id=row["id"], proposer=row["proposer"], source=row["source"],
+                   parent_id=row.get("parent_id"), edit=row.get("edit"),
+                   params=json.loads(params) if isinstance(params, str) else params,
+                   language=row.get("language") or "triton", state=row.get("state") or "pending",
+                   verdict=row.get("verdict"), rule=row.get("rule"), reason=row.get("reason"),
+                   candidate_ms=row.get("candidate_ms"), speedup=row.get("speedup"),
+                   accepted=bool(row.get("accepted")))
+
+
+@dataclass(frozen=True)
+class Budget:
+    candidates_left: int
+    seconds_left: float
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Everything a proposer may use to pick the next edit."""
+
+    job_id: int
+    problem: str                               # the problem's name (file stem)
+    reference_source: str
+    device: str
+    budget: Budget
+    sidecar: str | None = None
+    start_source: str | None = None
+    capture: dict[str, Any] | None = None
+    history: tuple[Candidate, ...] = field(default_factory=tuple)
+
+    @property
+    def incumbent(self) -> Candidate | None:
+        """The candidate to beat: the latest accepted one."""
+        accepted = [c for c in self.history if c.accepted]
+        return accepted[-1] if accepted else None
+
+
+class Proposer(Protocol):
+    """Proposes candidates for a job, one single-edit candidate per call."""
+
+    name: str
+
+    def propose(self, ctx: JobContext) -> Proposal | None:
+        """The next candidate to evaluate, or ``None`` when this proposer has nothing more to
+        offer for this history (the loop then asks the next proposer)."""
+        ...
+
+
+class ProposerUnavailable(RuntimeError):
+    """The named proposer does not exist or cannot run here; the message says why."""
+
+
+def load_proposer(name: str) -> Proposer:
+    """Instantiate a proposer by name; raises ``ProposerUnavailable`` with a one-line cause."""
+    target = REGISTRY.get(name)
+    if target is None:
+        raise ProposerUnavailable(f"unknown proposer {name!r} (known: {', '.join(REGISTRY)})")
+    module_name, attr = target.split(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ProposerUnavailable(f"proposer {name!r} is not available: {exc}") from exc
+    return cls()

@@ -1,0 +1,148 @@
+"""``results/NAME/``: the best candidate as a drop-in ``best.py`` and an honest report
+(``report.md`` and ``report.json``) of how it was found.
+
+Files are rewritten on every acceptance and when the job ends, each through a temporary file and
+``rename``, so a reader (or a crash) never sees half a report. A job never overwrites the
+results of a newer job for the same problem name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from store.home import Home
+from store.records import Store
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def lineage(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The accepted edits in order, each with the speedup it was accepted on."""
+    steps = []
+    for c in candidates:
+        if not c["accepted"]:
+            continue
+        steps.append({"candidate": c["id"], "parent": c["parent_id"], "proposer": c["proposer"],
+                      "edit": c["edit"], "candidate_ms": c["candidate_ms"],
+                      "baseline_ms": c["baseline_ms"], "speedup": c["speedup"],
+                      "speedup_ci": [c["speedup_lo"], c["speedup_hi"]]})
+    return steps
+
+
+def _product(values: list[float | None]) -> float | None:
+    out = 1.0
+    for v in values:
+        if v is None:
+            return None
+        out *= v
+    return out
+
+
+def build_report(job: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's content; every number comes from a recorded measurement."""
+    steps = lineage(candidates)
+    best = next((c for c in candidates if c["id"] == job["best_candidate_id"]), None)
+    result = json.loads(best["result"]) if best and best["result"] else {}
+    rules: dict[str, int] = {}
+    for c in candidates:
+        if c["verdict"] in ("fail", "error"):
+            rules[c["rule"] or c["verdict"]] = rules.get(c["rule"] or c["verdict"], 0) + 1
+    speedups = [s["speedup"] for s in steps]
+    return {
+        "job": job["id"], "problem": f"{job['problem_name']}.py", "revision": job["revision"],
+        "kind": job["kind"], "state": job["state"], "stop_reason": job["stop_reason"],
+        "error": job["error"], "device": job["device"],
+        "reference_ms": job["reference_ms"], "reference_noise": job["reference_noise"],
+        "best": None if best is None else {
+            "candidate": best["id"], "ms": best["candidate_ms"],
+            "speedup_vs_reference": _product(speedups),
+            # Each step's CI was measured against the step before; their product bounds the
+            # total conservatively rather than being a CI of its own.
+            "speedup_ci_vs_reference": [_product([s["speedup_ci"][0] for s in steps]),
+                                        _product([s["speedup_ci"][1] for s in steps])],
+            "last_step_speedup_ci": [best["speedup_lo"], best["speedup_hi"]],
+            "max_rel_error": best["max_rel_error"], "tolerance": best["tolerance"],
+            "clock": result.get("clock"), "device": result.get("device", job["device"]),
+            "aa_noise": result.get("aa_noise"), "threshold": result.get("threshold"),
+        },
+        "lineage": steps,
+        "candidates": len(candidates), "accepted": len(steps),
+        "gate_failures": sum(rules.values()), "gate_failures_by_rule": rules,
+        "active_s": job.get("active_s"), "generated_at": time.time(),
+    }
+
+
+def _fmt(value: Any, spec: str = ".4g") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    best = report["best"]
+    lines = [f"# {report['problem']} (revision {report['revision']}, job {report['job']})", "",
+             f"- State: **{report['state']}**" + (f" — {report['stop_reason']}"
+                                                   if report["stop_reason"] else ""),
+             f"- Device: {report['device'] or '—'}",
+             f"- Reference: {_fmt(report['reference_ms'])} ms "
+             f"(A/A noise {_fmt(report['reference_noise'], '.2%')})"]
+    if report["error"]:
+        lines.append(f"- Error: {report['error']}")
+    if best is None:
+        lines += ["", "No candidate passed the gate; there is no best file."]
+    else:
+        lo, hi = best["speedup_ci_vs_reference"]
+        lines += [f"- Best: candidate #{best['candidate']}, {_fmt(best['ms'])} ms, "
+                  f"**{_fmt(best['speedup_vs_reference'], '.3f')}×** the reference "
+                  f"(product of step CIs [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}])",
+                  f"- Error vs float64 oracle: {_fmt(best['max_rel_error'], '.3g')} "
+                  f"(tolerance {_fmt(best['tolerance'], '.3g')})",
+                  f"- Clock state: {json.dumps(best['clock']) if best['clock'] else 'n/a (CPU)'}"]
+    lines += ["", f"{report['candidates']} candidates, {report['accepted']} accepted, "
+              f"{report['gate_failures']} rejected by the gate "
+              f"{json.dumps(report['gate_failures_by_rule']) if report['gate_failures'] else ''}",
+              "", "## Lineage of accepted edits", "",
+              "| # | parent | proposer | edit | ms | speedup | CI |",
+              "|---|---|---|---|---|---|---|"]
+    for s in report["lineage"]:
+        lo, hi = s["speedup_ci"]
+        lines.append(f"| {s['candidate']} | {s['parent'] or '—'} | {s['proposer']} | "
+                     f"{s['edit'] or '—'} | {_fmt(s['candidate_ms'])} | "
+                     f"{_fmt(s['speedup'], '.3f')} | [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}] |")
+    lines += ["", "Each step's speedup was measured in interleaved A/B blocks against the step "
+              "before it (the first against the reference).", ""]
+    return "\n".join(lines)
+
+
+def write_results(store: Store, home: Home, job_id: int) -> Path | None:
+    """(Re)write ``results/NAME/`` for a job; returns the folder, or None when a newer job of
+    the same problem owns it."""
+    job = store.job(job_id)
+    if job is None:
+        return None
+    folder = home.results / job["problem_name"]
+    existing = folder / "report.json"
+    if existing.exists():
+        try:
+            owner = json.loads(existing.read_text()).get("job", 0)
+        except (OSError, ValueError):
+            owner = 0
+        if owner > job_id:
+            return None
+    candidates = store.candidates(job_id)
+    report = build_report(job, candidates)
+    folder.mkdir(parents=True, exist_ok=True)
+    best = next((c for c in candidates if c["id"] == job["best_candidate_id"]), None)
+    if best is not None:
+        atomic_write(folder / "best.py", best["source"])
+    else:
+        (folder / "best.py").unlink(missing_ok=True)   # an older revision's best is not this one's
+    atomic_write(folder / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    atomic_write(folder / "report.md", render_markdown(report))
+    return folder

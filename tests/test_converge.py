@@ -1,0 +1,110 @@
+"""The convergence loop with the real harness on CPU, and its stop and acceptance rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernelabd.check import run_check
+from kernelabd.config import load
+from kernelabd.converge import Limits, Loop, decide, stop_reason
+from kernelabd.jobs_api import LocalRecorder, ensure_home
+from kernelabd.propose.base import Candidate
+from store.db import connect
+from store.records import NewProblem, Store
+
+REF_RAISING = '''import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+def get_inputs():
+    raise RuntimeError("no inputs today")
+def get_init_inputs():
+    return []
+'''
+
+WRONG = '''import torch, triton, triton.language as tl
+@triton.jit
+def k(o, i, n, B: tl.constexpr):
+    c = tl.arange(0, B)
+    tl.store(o + c, tl.load(i + c, mask=c < n), mask=c < n)
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        k[(1,)](out, x, x.numel(), B=triton.next_power_of_2(x.numel()))
+        return out
+'''
+
+
+def loop_for(home, problem: NewProblem, job_config: dict | None = None) -> tuple[Loop, Store]:
+    ensure_home(home)
+    store = Store(connect(home.db))
+    _, job_id = store.add_problem(problem, job_config=job_config)
+    store.start_job(job_id, "cpu")
+    loop = Loop(job_id, LocalRecorder(store, home), check=run_check, config=load(home.config),
+                device="cpu", workdir=home.work / f"job-{job_id}")
+    return loop, store
+
+
+def cand(cid: int, accepted: bool = False, state: str = "done", ms: float | None = None):
+    return Candidate(id=cid, proposer="t", source="", state=state, accepted=accepted,
+                     candidate_ms=ms, verdict="pass")
+
+
+def test_stop_rules():
+    limits = Limits(max_candidates=5, max_minutes=1.0, patience=2)
+    assert stop_reason(limits, [cand(1, True)], 0.0, None) is None
+    assert "max_candidates" in stop_reason(limits, [cand(i) for i in range(5)], 0.0, None)
+    assert "max_minutes" in stop_reason(limits, [cand(1, True)], 60.0, None)
+    assert "patience" in stop_reason(limits, [cand(1, True), cand(2), cand(3)], 0.0, None)
+    assert stop_reason(limits, [cand(1, True), cand(2), cand(3, state="pending")], 0, None) is None
+    assert "speed of light" in stop_reason(limits, [cand(1, True, ms=1.02)], 0.0, 1.0)
+
+
+def test_acceptance_needs_the_gate_and_then_a_gain_beyond_noise():
+    assert decide({"verdict": "pass", "faster_than_noise": False}, has_incumbent=False)
+    assert not decide({"verdict": "pass", "faster_than_noise": False}, has_incumbent=True)
+    assert decide({"verdict": "pass", "faster_than_noise": True}, has_incumbent=True)
+    assert not decide({"verdict": "fail", "faster_than_noise": True}, has_incumbent=False)
+
+
+def test_a_job_with_nothing_to_run_fails_and_names_the_missing_proposers(home, kit):
+    source = (kit.examples / "softmax.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source),
+                           {"proposers": ["template", "nonesuch", "tune"]})
+    outcome = loop.run()
+    assert outcome.state == "failed"
+    assert "no candidate to evaluate" in outcome.error and "template" in outcome.error
+    kinds = [r[0] for r in store.conn.execute("SELECT kind FROM events ORDER BY id")]
+    assert kinds.count("proposer.unavailable") == 2
+
+
+def test_reference_failing_at_run_time_makes_the_job_invalid(home):
+    loop, _ = loop_for(home, NewProblem("raising", "x", REF_RAISING, start_source=WRONG))
+    outcome = loop.run()
+    assert outcome.state == "invalid"
+    assert "no inputs today" in outcome.error
+
+
+def test_gate_failure_is_recorded_never_timed_and_fails_the_job(home, kit):
+    source = (kit.examples / "softmax.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source, start_source=WRONG))
+    outcome = loop.run()
+    assert outcome.state == "failed" and "no candidate passed the gate" in outcome.error
+    (row,) = store.candidates(loop.job_id)
+    assert row["verdict"] in ("fail", "error") and row["rule"] and not row["accepted"]
+    assert row["candidate_ms"] is None, "a failed candidate is never timed"
+    assert store.conn.execute("SELECT COUNT(*) FROM blocks").fetchone()[0] == 0
+
+
+def test_port_runs_one_job_in_the_foreground_and_prints_its_status(kit, tmp_path):
+    for name in ("softmax.py", "softmax.toml", "softmax.new.py"):
+        (tmp_path / name).write_text((kit.examples / name).read_text())
+    out = kit.cli("port", str(tmp_path / "softmax.py"), "--device", "cpu", "--proposer", "tune",
+                  "--json", timeout=300)
+    job = json.loads(out.stdout)
+    assert job["state"] == "done" and job["candidates"] == 2 and job["accepted"] >= 1
+    assert Path(job["best_file"]).exists()
+    assert json.loads(Path(job["best_file"]).with_name("report.json").read_text())["job"] \
+        == job["id"]
+    assert [j["id"] for j in kit.status()["jobs"]] == [job["id"]]

@@ -1,0 +1,105 @@
+"""The tune proposer: one declared tunable per edit, every other byte kept, nothing repeated."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelabd.propose.base import Budget, Candidate, JobContext, ProposerUnavailable, load_proposer
+from kernelabd.propose.tune import TunablesError, TuneProposer, apply_edit, fits, parse_tunables
+
+SOURCE = '''"""kernel"""
+TUNABLES = {"BLOCK_SIZE": [128, 256, 512, 1024], "num_warps": [1, 2, 4, 8]}
+BLOCK_SIZE = 256  # rows per program
+num_warps = 4
+other = 256
+'''
+
+
+def ctx(*history: Candidate) -> JobContext:
+    return JobContext(job_id=1, problem="p", reference_source="", device="cpu",
+                      budget=Budget(10, 60.0), history=tuple(history))
+
+
+def incumbent(source: str = SOURCE, cid: int = 1) -> Candidate:
+    return Candidate(id=cid, proposer="start", source=source, state="done", verdict="pass",
+                     accepted=True, params={t.name: t.current for t in parse_tunables(source)})
+
+
+def test_parse_reads_declaration_and_current_values():
+    tunables = parse_tunables(SOURCE)
+    assert [(t.name, t.current, t.values) for t in tunables] == [
+        ("BLOCK_SIZE", 256, (128, 256, 512, 1024)), ("num_warps", 4, (1, 2, 4, 8))]
+
+
+def test_edit_changes_exactly_one_assignment():
+    block = parse_tunables(SOURCE)[0]
+    edited = apply_edit(SOURCE, block, 512)
+    before, after = SOURCE.splitlines(), edited.splitlines()
+    assert [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b] == [2]
+    assert after[2] == "BLOCK_SIZE = 512  # rows per program"
+    assert parse_tunables(edited)[0].current == 512
+
+
+def test_proposals_are_single_edits_of_the_incumbent_neighbours_first():
+    inc = incumbent()
+    proposal = TuneProposer().propose(ctx(inc))
+    assert proposal is not None
+    assert (proposal.parent_id, proposal.edit) == (1, "BLOCK_SIZE 256 → 512")
+    assert proposal.params == {"BLOCK_SIZE": 512, "num_warps": 4}
+
+
+def test_descent_visits_every_single_edit_once_then_stops():
+    inc = incumbent()
+    history = [inc]
+    edits = []
+    while (p := TuneProposer().propose(ctx(*history))) is not None:
+        edits.append(p.edit)
+        history.append(Candidate(id=len(history) + 1, proposer="tune", source=p.source,
+                                 parent_id=p.parent_id, params=p.params, state="done",
+                                 verdict="pass"))
+    assert edits == ["BLOCK_SIZE 256 → 512", "BLOCK_SIZE 256 → 128", "num_warps 4 → 8",
+                     "num_warps 4 → 2", "BLOCK_SIZE 256 → 1024", "num_warps 4 → 1"]
+
+
+def test_descent_moves_on_from_a_new_incumbent_without_repeating():
+    inc = incumbent()
+    better = incumbent(apply_edit(SOURCE, parse_tunables(SOURCE)[0], 512), cid=2)
+    proposal = TuneProposer().propose(ctx(inc, better))
+    assert proposal is not None and proposal.parent_id == 2
+    # 256 was the old incumbent's value: already measured, so the next step is 1024.
+    assert proposal.edit == "BLOCK_SIZE 512 → 1024"
+
+
+def test_no_incumbent_or_no_tunables_means_nothing_to_propose():
+    assert TuneProposer().propose(ctx()) is None
+    assert TuneProposer().propose(ctx(incumbent("class ModelNew: pass\n"))) is None
+
+
+def test_the_shipped_example_is_tunable(kit):
+    source = (kit.examples / "softmax.new.py").read_text()
+    assert parse_tunables(source), "examples/softmax.new.py declares TUNABLES"
+    assert TuneProposer().propose(ctx(incumbent(source))) is not None
+
+
+@pytest.mark.parametrize("source, message", [
+    ("TUNABLES = {'B': [1, 2]}\n", "no module-level assignment"),
+    ("TUNABLES = {'B': []}\nB = 1\n", "non-empty list"),
+    ("TUNABLES = make()\n", "literal dict"),
+    ("TUNABLES = {'B': [1]}\nB = f()\n", "literal"),
+])
+def test_malformed_declarations_are_explained(source, message):
+    with pytest.raises(TunablesError, match=message):
+        parse_tunables(source)
+
+
+def test_configurations_that_cannot_launch_are_pruned():
+    assert fits({"num_warps": 8, "num_stages": 3})
+    assert not fits({"num_warps": 3})
+    assert not fits({"num_warps": 64})
+    assert not fits({"num_stages": 0})
+
+
+def test_unknown_proposers_are_reported_not_crashed_on():
+    assert load_proposer("tune").name == "tune"
+    with pytest.raises(ProposerUnavailable, match="unknown proposer"):
+        load_proposer("nonesuch")
