@@ -52,7 +52,6 @@ class RefData:
     state: list[list[torch.Tensor]]
     sets: list[dict[str, Any]]                   # header entries (kinds, scalars, outputs)
     inputs: list[list[torch.Tensor]]
-    ref_out: list[list[torch.Tensor]]
     oracle: list[list[torch.Tensor]]
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -128,9 +127,7 @@ class Check:
         """Indices of usable gate sets; a variant on which even the reference breaks is dropped."""
         usable = []
         for i in range(n_gate):
-            finite = all(torch.isfinite(t).all() for t in ref.oracle[i] + ref.ref_out[i]
-                         if t.is_floating_point())
-            if finite:
+            if ref.sets[i]["calib"]["finite"]:
                 usable.append(i)
             elif i == 0:
                 raise Rejected(CheckResult.invalid(
@@ -171,7 +168,7 @@ class Check:
         tolerances: dict[int, gate.Tolerance] = {}
         target = self._problem.sidecar.target
         for i in usable:
-            report, cand = reports[i], per_set[i]
+            report, cand = reports[i], self.here(per_set[i])
             tol = self.tolerance(ref, i)
             tolerances[i] = tol
             failure = (gate.check_structure(ref.sets[i]["outputs"], report["outputs"], i)
@@ -182,20 +179,29 @@ class Check:
                        or gate.check_target_launched(int(report.get("launches", 0)), target, i)
                        or gate.check_no_torch_compute(report.get("torch_ops", {}), i))
             if failure is None:
-                failure, outcome = gate.check_numerics(cand, ref.oracle[i], tol, i)
+                failure, outcome = gate.check_numerics(cand, self.here(ref.oracle[i]), tol, i)
                 if outcome.norm_error >= worst_norm:
                     worst_norm, worst_tol = outcome.norm_error, tol.norm
             self.fail_if(failure, worst_norm, tol.norm)
-        first = per_set[usable[0]]
-        self.fail_if(gate.check_deterministic(first, again, tolerances[usable[0]]), worst_norm,
+        first = self.here(per_set[usable[0]])
+        self.fail_if(gate.check_deterministic(first, self.here(again), tolerances[usable[0]]),
+                     worst_norm,
                      worst_tol)
         self._tolerances = tolerances
         return worst_norm, worst_tol if worst_tol is not None else 0.0
 
+    def here(self, tensors: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """Tensors moved to where comparisons are fastest: the GPU under test, if any.
+
+        This process runs no evaluated code, so using the device here is safe; comparing
+        hundreds of megabytes in float64 on the host would dominate a GPU check.
+        """
+        return [t.to(self.device) for t in tensors if t is not None]
+
     def tolerance(self, ref: RefData, i: int) -> gate.Tolerance:
         side = self._problem.sidecar
         factor = side.tol_factor or self.config.gate.tol_factor
-        return gate.tolerance_for(ref.ref_out[i], ref.oracle[i], factor, side.tolerance)
+        return gate.tolerance_for(ref.sets[i]["calib"], factor, side.tolerance)
 
     def fail_if(self, failure: gate.Failure | None, max_err: float, tol: float | None) -> None:
         if failure is not None:
@@ -250,12 +256,13 @@ class Check:
         it = iter(outs)
         for set_idx, count in zip(reply.get("sets", []), reply.get("counts", []), strict=True):
             i = n_gate + int(set_idx)
-            cand = [next(it) for _ in range(int(count))]
+            cand = self.here([next(it) for _ in range(int(count))])
             failure = gate.check_structure(ref.sets[i]["outputs"], [
                 {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
                  "stride": list(t.stride())} for t in cand], i) or gate.check_finite(cand, i)
             if failure is None:
-                failure, _ = gate.check_numerics(cand, ref.oracle[i], self.tolerance(ref, i), i)
+                failure, _ = gate.check_numerics(cand, self.here(ref.oracle[i]),
+                                                 self.tolerance(ref, i), i)
             if failure is not None:
                 failure.rule = "timed_mismatch"
                 failure.reason = "while timed: " + failure.reason
@@ -341,13 +348,12 @@ def split_reference(reply: dict[str, Any], tensors: list[torch.Tensor],
     it = iter(tensors)
     shapes = reply["shapes"]
     state = [[next(it) for _ in s["state_keys"]] for s in shapes]
-    inputs, ref_out, oracle = [], [], []
+    inputs, oracle = [], []
     for entry in reply["sets"]:
         inputs.append([next(it) for k in entry["kinds"] if k == "tensor"])
-        ref_out.append([next(it) for _ in range(entry["n_outputs"])])
         oracle.append([next(it) for _ in range(entry["n_outputs"])])
     sets = [dict(entry, shape=p["shape"]) for entry, p in zip(reply["sets"], plan, strict=True)]
-    return RefData(shapes=shapes, state=state, sets=sets, inputs=inputs, ref_out=ref_out,
+    return RefData(shapes=shapes, state=state, sets=sets, inputs=inputs,
                    oracle=oracle, info=reply.get("info", {}))
 
 

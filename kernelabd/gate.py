@@ -64,15 +64,31 @@ def rel_errors(x: torch.Tensor, oracle: torch.Tensor) -> tuple[float, float, int
     return norm, float(elem.reshape(-1)[flat]) if elem.numel() else 0.0, flat
 
 
-def tolerance_for(ref: list[torch.Tensor], oracle: list[torch.Tensor], factor: float,
-                  fixed: float | None) -> Tolerance:
-    """Calibrate from the reference's own error on this very input set."""
-    norm_err = max(rel_errors(r, o)[0] for r, o in zip(ref, oracle, strict=True))
-    elem_err = max(rel_errors(r, o)[1] for r, o in zip(ref, oracle, strict=True))
-    dtype = ref[0].dtype
-    norm = fixed if fixed is not None else max(factor * norm_err, NORM_FLOOR.get(dtype, 1e-5))
-    elem = max(factor * elem_err, ELEM_FLOOR.get(dtype, 1e-4), norm)
+def calibrate(ref: list[torch.Tensor], oracle: list[torch.Tensor]) -> dict[str, Any]:
+    """The reference's own error against the oracle on one input set (computed where both live).
+
+    Only these numbers, not the fp32 outputs, travel to the verdict: the calibration needs
+    nothing more, and large GPU outputs stay where they were made.
+    """
+    errors = [rel_errors(r, o) for r, o in zip(ref, oracle, strict=True)]
+    finite = all(bool(torch.isfinite(t).all()) for t in ref + oracle if t.is_floating_point())
+    return {"norm": max(e[0] for e in errors), "elem": max(e[1] for e in errors),
+            "finite": finite, "dtype": str(ref[0].dtype).removeprefix("torch.")}
+
+
+def tolerance_for(calib: dict[str, Any], factor: float, fixed: float | None) -> Tolerance:
+    """Tolerance for one input set: ``factor`` × the reference's error, floored by dtype."""
+    dtype = getattr(torch, str(calib.get("dtype", "float32")), torch.float32)
+    norm = fixed if fixed is not None else max(factor * float(calib["norm"]),
+                                               NORM_FLOOR.get(dtype, 1e-5))
+    elem = max(factor * float(calib["elem"]), ELEM_FLOOR.get(dtype, 1e-4), norm)
     return Tolerance(norm=norm, elem=elem)
+
+
+def oracle_wire_dtype(out: torch.Tensor) -> torch.dtype:
+    """The oracle travels in fp32 (rounding ~6e-8, far inside any fp32 tolerance) unless the
+    output itself is fp64: that halves what a large GPU problem moves between processes."""
+    return torch.float64 if out.dtype == torch.float64 else torch.float32
 
 
 def check_reference(oracles: list[list[torch.Tensor]], base_sets: list[int]) -> str | None:

@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelabd import wire
+from kernelabd.gate import calibrate, oracle_wire_dtype
 
 # Captured before any evaluated code is imported: what the harness relies on.
 _TENSOR = torch.Tensor
@@ -217,17 +218,18 @@ class Harness:
             for key, value in {**defaults, **module_consts[entry["shape"]]}.items():
                 setattr(module, key, value)
             torch.manual_seed(entry["seed"])
-            inputs = list(module.get_inputs())
-            inputs = apply_variant(inputs, entry["variant"], entry["seed"])
+            inputs = to_device(list(module.get_inputs()), self.device)
+            inputs = [v.cpu() if isinstance(v, _TENSOR) else v
+                      for v in apply_variant(inputs, entry["variant"], entry["seed"])]
             require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
             kinds = [("tensor" if isinstance(v, _TENSOR) else "scalar") for v in inputs]
             scalars = [None if isinstance(v, _TENSOR) else v for v in inputs]
             outs, oracle = self.reference_outputs(entry["shape"], inputs)
             sets.append({"kinds": kinds, "scalars": scalars, "n_outputs": len(outs),
-                         "outputs": describe(outs)})
+                         "outputs": describe(outs), "calib": calibrate(outs, oracle)})
             tensors.extend(v for v in inputs if isinstance(v, _TENSOR))
-            tensors.extend(o.detach().cpu() for o in outs)
-            tensors.extend(o.detach().cpu() for o in oracle)
+            tensors.extend(o.detach().to("cpu", oracle_wire_dtype(r))
+                           for o, r in zip(oracle, outs, strict=True))
             if k >= n_gate:
                 self.timing_inputs.append(to_device(inputs, self.device))
         return {"shapes": shapes, "sets": sets, "info": self.hello()}, tensors
@@ -482,10 +484,19 @@ def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
             offset = 100 + 100 * torch.rand((), generator=gen, dtype=torch.float64).item()
             y = (x - mean) * scale + mean + offset * max(std, 1.0)
         else:
-            t = torch.distributions.StudentT(2.5).sample(v.shape).double()
+            t = student_t(v.shape, 2.5, int(torch.randint(0, 2**62, (), generator=gen)), v.device)
             y = mean + std * t.clamp(-1e3, 1e3) / math.sqrt(5.0)
         out.append(y.to(v.dtype))
     return out
+
+
+def student_t(shape: torch.Size, df: float, seed: int, device: torch.device) -> torch.Tensor:
+    """Student-t draws made on the tensor's own device (fast for GPU-sized inputs)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    z = torch.randn(shape, generator=gen, device=device, dtype=torch.float64)
+    chi2 = 2 * torch._standard_gamma(torch.full(shape, df / 2, device=device, dtype=torch.float64),
+                                     generator=gen)
+    return z / torch.sqrt(chi2 / df)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -31,25 +31,35 @@ class ProtocolError(RuntimeError):
     """The peer sent something that is not a well-formed message (or hung up)."""
 
 
-def _tensor_bytes(t: torch.Tensor) -> bytes:
+def _tensor_view(t: torch.Tensor) -> memoryview:
+    """The tensor's bytes without another copy (one device-to-host copy at most)."""
     t = t.detach().to("cpu").contiguous()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
-    return t.numpy().tobytes()
+    return memoryview(t.numpy()).cast("B")
 
 
-def encode(header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> bytes:
-    """Serialise a header and tensors; the header gains a ``tensors`` index."""
+def encode(header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> list[bytes | memoryview]:
+    """Serialise a header and tensors into the chunks to send; the header gains a ``tensors``
+    index. Large tensors go out as views of their own memory."""
     tensors = tensors or []
-    blobs = [_tensor_bytes(t) for t in tensors]
+    views = [_tensor_view(t) for t in tensors]
     header = dict(header)
     header["tensors"] = [
-        {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "nbytes": len(b)}
-        for t, b in zip(tensors, blobs, strict=True)
+        {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "nbytes": v.nbytes}
+        for t, v in zip(tensors, views, strict=True)
     ]
     head = json.dumps(header).encode()
-    payload = b"".join(blobs)
-    return struct.pack("<QQ", len(head), len(payload)) + head + payload
+    chunks: list[bytes | memoryview] = []
+    for v in views:
+        chunks += [v, b"\0" * _pad(v.nbytes)]
+    payload_len = sum(len(c) if isinstance(c, bytes) else c.nbytes for c in chunks)
+    return [struct.pack("<QQ", len(head), payload_len) + head, *chunks]
+
+
+def _pad(nbytes: int) -> int:
+    """Each tensor starts 8-byte aligned in the payload, so it can be used in place."""
+    return -nbytes % 8
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -78,14 +88,14 @@ def _decode_tensor(meta: Any, payload: bytearray, offset: int) -> tuple[torch.Te
     itemsize = torch.empty((), dtype=dtype).element_size()
     if nbytes != numel * itemsize or offset + nbytes > len(payload):
         raise ProtocolError("tensor size does not match its descriptor")
-    raw = bytes(payload[offset:offset + nbytes])
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype), offset
+    wire_dtype = torch.int16 if dtype == torch.bfloat16 else dtype
+    flat = torch.frombuffer(payload, dtype=wire_dtype, count=numel, offset=offset)
     if dtype == torch.bfloat16:
-        flat = torch.frombuffer(bytearray(raw), dtype=torch.int16).view(torch.bfloat16)
-    elif numel == 0:
-        flat = torch.empty(0, dtype=dtype)
-    else:
-        flat = torch.frombuffer(bytearray(raw), dtype=dtype)
-    return flat.reshape(shape).clone(), offset + nbytes
+        flat = flat.view(torch.bfloat16)
+    # Shares the received buffer (kept alive by the tensor): no copy of large outputs.
+    return flat.reshape(shape), offset + nbytes + _pad(nbytes)
 
 
 def recv(sock: socket.socket) -> tuple[dict[str, Any], list[torch.Tensor]]:
@@ -108,5 +118,7 @@ def recv(sock: socket.socket) -> tuple[dict[str, Any], list[torch.Tensor]]:
     return header, tensors
 
 
-def send(sock: socket.socket, header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> None:
-    sock.sendall(encode(header, tensors))
+def send(sock: socket.socket, header: dict[str, Any],
+         tensors: list[torch.Tensor] | None = None) -> None:
+    for chunk in encode(header, tensors):
+        sock.sendall(chunk)

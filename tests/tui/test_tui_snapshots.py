@@ -1,0 +1,70 @@
+"""Snapshots (SVG) of the main screens on the fixed database, at 80×24 and larger.
+
+Update them after an intended change with ``pytest tests/tui --snapshot-update`` and review
+the SVGs in the diff.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import make_app, settle
+from textual.pilot import Pilot
+
+
+async def _loaded(pilot: Pilot[None]) -> None:
+    await settle(pilot)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40)])
+def test_dashboard(snap_compare, db_path: Path, size: tuple[int, int]) -> None:
+    assert snap_compare(make_app(db_path), terminal_size=size, run_before=_loaded)
+
+
+def test_dashboard_softmax_selected(snap_compare, db_path: Path) -> None:
+    async def select(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("j")
+        for _ in range(100):                    # until the chart shows the new selection
+            await settle(pilot)
+            series = pilot.app.screen.series    # type: ignore[attr-defined]
+            if series is not None and series.job.id == 1:
+                break
+
+    assert snap_compare(make_app(db_path), terminal_size=(120, 36), run_before=select)
+
+
+def test_dashboard_no_color(snap_compare, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=_loaded)
+
+
+@pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5"])
+def test_job_detail(snap_compare, db_path: Path, tab: str) -> None:
+    async def open_detail(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("j", "enter")
+        await settle(pilot)
+        await pilot.press(tab)
+        await settle(pilot)
+
+    assert snap_compare(make_app(db_path), terminal_size=(120, 36), run_before=open_detail)
+
+
+def test_help(snap_compare, db_path: Path) -> None:
+    async def open_help(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+
+    assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=open_help)
+
+
+def test_cancel_confirmation(snap_compare, db_path: Path) -> None:
+    async def ask(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("c")
+        await settle(pilot)
+
+    assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=ask)

@@ -1,0 +1,1 @@
+"""Screens of the kernelab TUI: dashboard, job detail, help and the cancel confirmation."""
