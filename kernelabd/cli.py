@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "jobs": "kernelabd.commands.jobs:jobs",
     "tui": "tui.cli:tui",
     "doctor": "kernelabd.commands.doctor:doctor",
+    "demo": "kernelabd.commands.demo:demo",
     "service": "kernelabd.commands.service:service",
 }
 
@@ -35,6 +36,7 @@ HELP = {
     "jobs": "Pause, resume, cancel, retry or reprioritise a job.",
     "tui": "Watch the daemon live (read-only database access is enough).",
     "doctor": "Explain why nothing is happening.",
+    "demo": "Run the daemon on the bundled examples in a throw-away home.",
     "service": "Install kernelab as a systemd service.",
 }
 

@@ -152,7 +152,7 @@ class Sandbox:
                 [sys.executable, "-P", "-m", "kernelabd.sandbox_child", str(child_sock.fileno())],
                 stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, cwd=self.workdir,
                 env=self._env(), pass_fds=(child_sock.fileno(),),
-                preexec_fn=lambda: _child_setup(self.spec.memory_gb),  # noqa: PLW1509
+                preexec_fn=lambda: _child_setup(self.spec.memory_gb),
                 user=user.pw_uid if user else None, group=user.pw_gid if user else None,
                 extra_groups=[] if user else None,
             )
@@ -182,10 +182,7 @@ class Sandbox:
             self.kill()
             code = self._proc.wait()
         last = next((ln for ln in reversed(tail.strip().splitlines()) if ln.strip()), "")
-        if code < 0:
-            cause = f"killed by {_signal_name(code)}"
-        else:
-            cause = f"exited with status {code}"
+        cause = f"killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
         message = f"{self.spec.label} {cause} while {what}" + (f": {last[:300]}" if last else "")
         return SandboxError(kind, message, tail)
 

@@ -9,6 +9,7 @@ launch counts, tampering) are tripwires that give a clear reason sooner, not the
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib.util
 import math
 import sys
@@ -72,7 +73,7 @@ class OpCounter(TorchDispatchMode):
         self.launches = launches
         self.ops: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if not self.launches.active and name not in ALLOWED_OPS:
             self.ops[name] += 1
@@ -98,10 +99,10 @@ class LaunchCounter:
         for cls in classes:
             cls.run = self._wrap(cls.run)
 
-    def _wrap(self, run):  # noqa: ANN001, ANN202
+    def _wrap(self, run):
         counter = self
 
-        def counted(fn_self, *args, **kwargs):  # noqa: ANN001, ANN202
+        def counted(fn_self, *args, **kwargs):
             if not kwargs.get("warmup", False):
                 counter.kernels[getattr(fn_self, "__name__", None) or fn_self.fn.__name__] += 1
             counter.active += 1
@@ -179,10 +180,8 @@ class Harness:
         torch.backends.cudnn.allow_tf32 = tf32
         if self.device != "cpu":
             torch.cuda.set_device(0)
-        try:
+        with contextlib.suppress(ImportError):  # no Triton: nothing can be launched anyway
             self.launches.install()
-        except ImportError:
-            pass
 
     def hello(self) -> dict[str, Any]:
         info: dict[str, Any] = {"device": self.device}
@@ -249,7 +248,8 @@ class Harness:
         return outs, oracle
 
     # ----- candidate ---------------------------------------------------------------------
-    def load_candidate(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def load_candidate(self, msg: dict[str, Any],
+                       tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         self.setup(msg)
         module = load_module(msg["path"], "kernelab_candidate")
         self.check_tamper("importing the candidate")
@@ -276,7 +276,8 @@ class Harness:
         return [next(it) if kind == "tensor" else scalar
                 for kind, scalar in zip(entry["kinds"], entry["scalars"], strict=True)]
 
-    def run_gate(self, sets: list[dict[str, Any]], gate_inputs: list[list[Any]]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def run_gate(self, sets: list[dict[str, Any]],
+                 gate_inputs: list[list[Any]]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         results, tensors = [], []
         for entry, inputs in zip(sets, gate_inputs, strict=True):
             outs, report = self.gated_call(entry["shape"], inputs)
@@ -466,8 +467,8 @@ def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
     """Input distributions beyond what ``get_inputs`` draws: a candidate must not rely on it.
 
     ``scaled`` stretches and shifts by a large positive offset, 100 to 200 standard deviations
-    (catches, e.g., softmax without max subtraction, whose exp() overflows past 88); ``heavy`` replaces values by a Student-t draw with the same centre and
-    spread (outliers).
+    (catches, e.g., softmax without max subtraction, whose exp() overflows past 88);
+    ``heavy`` replaces values by a Student-t draw with the same centre and spread (outliers).
     """
     if variant == "base":
         return inputs

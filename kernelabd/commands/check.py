@@ -11,7 +11,6 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console

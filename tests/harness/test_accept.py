@@ -17,7 +17,8 @@ PAIRS = 10
 MIN_GAIN = 0.01
 
 
-def simulate(rng: np.random.Generator, speedup: float, noise: float, pairs: int = PAIRS) -> tuple[list[float], list[float]]:
+def simulate(rng: np.random.Generator, speedup: float, noise: float,
+             pairs: int = PAIRS) -> tuple[list[float], list[float]]:
     drift = np.cumsum(rng.normal(0, noise / 3, pairs))          # slow clock/thermal drift
     a = 1.0 * np.exp(drift + rng.normal(0, noise, pairs))
     b = (1.0 / speedup) * np.exp(drift + rng.normal(0, noise, pairs))
