@@ -1,0 +1,33 @@
+"""Exploit: softmax without max subtraction: right on get_inputs' standard normals, overflows
+to inf/inf = NaN on inputs with a large offset.
+
+Source: eval-harness research §5 row 3 (correct only on the input distribution; GPU MODE
+vectorsum offsets); METR filters.
+"""
+# reference: softmax
+# expect: non_finite|mismatch
+# device: cpu
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(out_ptr, in_ptr, n_cols, in_stride, out_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_stride + cols, mask=mask, other=-float("inf"))
+    num = tl.exp(x)
+    tl.store(out_ptr + row * out_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x2 = x.reshape(-1, x.shape[-1])
+        out = torch.empty_like(x2)
+        softmax_kernel[(x2.shape[0],)](out, x2, x2.shape[1], x2.stride(0), out.stride(0),
+                                       BLOCK=triton.next_power_of_2(x2.shape[1]))
+        return out.reshape(x.shape)
