@@ -30,6 +30,7 @@ from kernelabd.timing import Comparison, TimerMismatch
 
 GATE_VARIANT_SETS = ("base", "base", "scaled", "heavy")   # per main shape; "base" twice: 2 seeds
 TIMING_SETS = 2
+SPOT_CHECKS = 12            # timed samples whose outputs are re-checked against the oracle
 # Rules the sandbox may raise that are the candidate's fault (verdict fail, not error).
 REFUSAL_RULES = frozenset({"state_dict", "not_a_tensor", "tampering"})
 
@@ -172,7 +173,7 @@ class Check:
             tol = self.tolerance(ref, i)
             tolerances[i] = tol
             failure = (gate.check_structure(ref.sets[i]["outputs"], report["outputs"], i)
-                       or gate.check_written(report.get("poisoned", []), i)
+                       or gate.check_written(report.get("poisoned", []), report["outputs"], i)
                        or gate.check_synchronised(report.get("unsynchronised", []), i)
                        or gate.check_finite(cand, i)
                        or gate.check_inputs_untouched(report.get("mutated", []), i)
@@ -223,7 +224,7 @@ class Check:
                                        device=self.device)) from None
         except SandboxError as exc:
             raise Rejected(_sandbox_failure(exc, "candidate (while timed)", self.device)) from None
-        self.recheck_timed(b, ref, n_gate)
+        self.verify_timed(self._ref_box, meas, ref, n_gate)
         d = meas.decision
         result.reference_ms, result.candidate_ms = meas.a_ms, meas.b_ms
         result.speedup, result.speedup_ci = d.speedup, [d.ci[0], d.ci[1]]
@@ -246,27 +247,25 @@ class Check:
             self._clock_error = str(exc)
             return None
 
-    def recheck_timed(self, box: Sandbox, ref: RefData, n_gate: int) -> None:
-        """Outputs produced while timed must be as correct as those produced while gated."""
+    def verify_timed(self, ref_box: Sandbox, meas: Any, ref: RefData, n_gate: int) -> None:
+        """Outputs produced while timed must be as correct as those produced while gated.
+
+        Samples are drawn at random after the fact, so the candidate cannot know which of its
+        timed calls will be checked; the reference sandbox recomputes their float64 oracle on
+        the same perturbed inputs and fingerprints it with the same weights.
+        """
+        chosen = sorted(secrets.SystemRandom().sample(sorted(meas.fingerprints),
+                                                      min(SPOT_CHECKS, len(meas.fingerprints))))
         try:
-            reply, outs = box.request({"cmd": "outputs"}, deadline=self.deadline,
-                                      what="returning its timed outputs")
+            reply, _ = ref_box.request({"cmd": "oracle_fingerprints", "samples": chosen, **meas.seeds},
+                                       deadline=self.deadline, what="recomputing timed outputs")
         except SandboxError as exc:
-            raise Rejected(_sandbox_failure(exc, "candidate (after timing)", self.device)) from None
-        it = iter(outs)
-        for set_idx, count in zip(reply.get("sets", []), reply.get("counts", []), strict=True):
-            i = n_gate + int(set_idx)
-            cand = self.here([next(it) for _ in range(int(count))])
-            failure = gate.check_structure(ref.sets[i]["outputs"], [
-                {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
-                 "stride": list(t.stride())} for t in cand], i) or gate.check_finite(cand, i)
-            if failure is None:
-                failure, _ = gate.check_numerics(cand, self.here(ref.oracle[i]),
-                                                 self.tolerance(ref, i), i)
-            if failure is not None:
-                failure.rule = "timed_mismatch"
-                failure.reason = "while timed: " + failure.reason
-                self.fail_if(failure, 0.0, None)
+            raise Rejected(CheckResult(verdict="error", rule="bad_reference", device=self.device,
+                                       reason=f"reference while re-checking: {exc.message}")) from None
+        n_sets = len(ref.sets) - n_gate
+        for s, expected in zip(chosen, reply["samples"], strict=True):
+            tol = self.tolerance(ref, n_gate + s % n_sets)
+            self.fail_if(gate.check_fingerprints(meas.fingerprints[s], expected, tol, s), 0.0, None)
 
     # ----- the whole check --------------------------------------------------------------
     def run(self, time_it: bool) -> CheckResult:
@@ -290,7 +289,7 @@ class Check:
 
     def _run(self, time_it: bool) -> CheckResult:
         with ExitStack() as stack:
-            ref_box = stack.enter_context(Sandbox(self.spec("reference")))
+            ref_box = self._ref_box = stack.enter_context(Sandbox(self.spec("reference")))
             with self.stage("reference", "running the reference and the float64 oracle"):
                 shapes, sets, timing = plan_sets(self._problem, self.device)
                 self._set_meta = sets

@@ -134,10 +134,16 @@ def check_finite(outs: list[torch.Tensor], index: int) -> Failure | None:
     return None
 
 
-def check_written(poisoned: list[float], index: int) -> Failure | None:
-    for i, share in enumerate(poisoned):
-        if share > UNWRITTEN_SHARE:
-            return Failure("unwritten_output", f"{share:.0%} of output {i} still holds the poison "
+def check_written(poisoned: list[float], outputs: list[dict[str, Any]], index: int) -> Failure | None:
+    """Outputs still holding the poison written before the call were never written.
+
+    In a float output the poison is an all-ones NaN that arithmetic does not produce, so one
+    such element is enough; integer outputs may hold -1 honestly, so there a share counts.
+    """
+    for i, (share, desc) in enumerate(zip(poisoned, outputs, strict=False)):
+        floating = desc.get("dtype") in ("float32", "float16", "bfloat16", "float64")
+        if share > UNWRITTEN_SHARE or (floating and share > 0):
+            return Failure("unwritten_output", f"{share:.2%} of output {i} still holds the poison "
                            "written before the call: the kernel did not write it",
                            {"input_set": index, "output": i, "poisoned_share": share})
     return None
@@ -191,6 +197,31 @@ def check_numerics(cand: list[torch.Tensor], oracle: list[torch.Tensor], tol: To
                             "index": at, "got": float(c.reshape(-1)[flat]),
                             "expected": float(o.reshape(-1)[flat])}), worst
     return None, worst
+
+
+def check_fingerprints(got: list[float], expected: list[dict[str, Any]], tol: Tolerance,
+                       sample: int) -> Failure | None:
+    """A timed sample's output fingerprints against the oracle's (see ``perturb``).
+
+    An honest output error ``d`` with ``||d|| <= tol·||o||`` projects onto Gaussian weights as
+    N(0, ||d||²); a stale, deferred or unwritten output is off by orders of magnitude more.
+    """
+    from kernelabd.perturb import FINGERPRINT_SIGMAS
+
+    if len(got) != len(expected):
+        return Failure("timed_mismatch", f"while timed, sample {sample} returned {len(got)} output(s)",
+                       {"sample": sample})
+    for i, (fp, exp) in enumerate(zip(got, expected, strict=True)):
+        if not exp.get("finite", True):
+            continue
+        bound = FINGERPRINT_SIGMAS * tol.norm * exp["norm"]
+        if not abs(fp - exp["fp"]) <= bound:
+            return Failure("timed_mismatch", f"while timed, output {i} of sample {sample} differs "
+                           f"from the float64 oracle (fingerprint off by {abs(fp - exp['fp']):.3g}, "
+                           f"honest bound {bound:.3g}): stale, deferred or wrong work",
+                           {"sample": sample, "output": i, "fingerprint": fp, "expected": exp["fp"],
+                            "bound": bound})
+    return None
 
 
 def check_deterministic(first: list[torch.Tensor], again: list[torch.Tensor], tol: Tolerance) -> Failure | None:

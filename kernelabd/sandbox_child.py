@@ -17,13 +17,14 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile, record_function
 
-from kernelabd import wire
+from kernelabd import perturb, wire
 from kernelabd.gate import calibrate, oracle_wire_dtype
 
 # Captured before any evaluated code is imported: what the harness relies on.
@@ -50,10 +51,17 @@ ALLOWED_OPS = frozenset({
     "split_with_sizes", "chunk", "narrow", "unbind", "lift_fresh", "contiguous", "cat", "stack",
     "view_as", "resize_", "set_", "_local_scalar_dense", "is_same_size", "sym_size", "sym_stride",
     "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type", "record_stream",
+    # composites of the above, as the profiler records them
+    "item", "to", "type_as", "size", "stride", "numel", "dim", "is_contiguous", "resolve_conj",
+    "resolve_neg", "detach_", "requires_grad_", "squeeze_", "unsqueeze_", "t_", "transpose_",
+    "as_strided_", "scalar_tensor", "result_type", "lift", "empty_permuted",
 })
 
+LAUNCH_RANGE = "kernelab::launch"   # profiler range around every target-language launch
+SIDE_STREAM_DELAY_CYCLES = 50_000_000   # ~25 ms at 2 GHz ahead of any side-stream launch
 POISON_BYTE = 0xFF            # float32 0xFFFFFFFF is a NaN: unwritten outputs show as poison
 CPU_FLUSH_BYTES = 32 << 20
+WARMUP_SAMPLES = 1 << 40      # sample indices used while calibrating: never timed, never checked
 
 
 class Refused(Exception):
@@ -65,27 +73,37 @@ class Refused(Exception):
         self.evidence = evidence or {}
 
 
-class OpCounter(TorchDispatchMode):
-    """Counts aten compute ops run outside target-language kernels (a port must not use them)."""
+def torch_compute_ops(events: Any) -> Counter[str]:
+    """aten ops that ran outside target-language launches, from a profiler trace.
 
-    def __init__(self, launches: LaunchCounter) -> None:
-        super().__init__()
-        self.launches = launches
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if not self.launches.active and name not in ALLOWED_OPS:
-            self.ops[name] += 1
-        return func(*args, **(kwargs or {}))
+    The profiler records through the dispatcher's RecordFunction hooks, below anything Python
+    code can switch off (a TorchDispatchMode can be popped from the evaluated code itself).
+    """
+    ops: Counter[str] = Counter()
+    for evt in events:
+        name = evt.name
+        if not name.startswith("aten::") or name[6:] in ALLOWED_OPS:
+            continue
+        parent, inside = evt.cpu_parent, False
+        while parent is not None and not inside:
+            inside = parent.name == LAUNCH_RANGE
+            parent = parent.cpu_parent
+        if not inside:
+            ops[name[6:]] += 1
+    return ops
 
 
 class LaunchCounter:
-    """Counts Triton kernel launches by wrapping the launchers' ``run`` methods."""
+    """Counts Triton kernel launches by wrapping the launchers' ``run`` methods.
+
+    While gating on a GPU it also delays any launch made on a stream other than the caller's
+    (a spin kernel queued ahead of it), so that work left running on a side stream when
+    forward returns cannot finish before the harness looks at the outputs.
+    """
 
     def __init__(self) -> None:
         self.kernels: Counter[str] = Counter()
-        self.active = 0
+        self.caller_stream: Any = None
 
     def install(self) -> None:
         from triton.runtime import jit
@@ -99,24 +117,43 @@ class LaunchCounter:
         for cls in classes:
             cls.run = self._wrap(cls.run)
 
-    def _wrap(self, run):
+    def _wrap(self, run: Any) -> Any:
         counter = self
 
-        def counted(fn_self, *args, **kwargs):
+        def counted(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             if not kwargs.get("warmup", False):
                 counter.kernels[getattr(fn_self, "__name__", None) or fn_self.fn.__name__] += 1
-            counter.active += 1
-            try:
+                counter.delay_side_stream()
+            with record_function(LAUNCH_RANGE):
                 return run(fn_self, *args, **kwargs)
-            finally:
-                counter.active -= 1
         return counted
+
+    def delay_side_stream(self) -> None:
+        if self.caller_stream is not None and torch.cuda.current_stream() != self.caller_stream:
+            torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)
+
+
+def _harness_objects() -> dict[str, Any]:
+    """This module's own functions and classes, the harness classes' methods, and the helper
+    modules' functions: replacing any of them is tampering, like replacing ``time.*``."""
+    found: dict[str, Any] = {}
+    for name, value in list(globals().items()):
+        if callable(value) or isinstance(value, ModuleType):
+            found[f"sandbox.{name}"] = value
+    for cls in (Harness, LaunchCounter):
+        found.update({f"{cls.__name__}.{k}": v for k, v in vars(cls).items() if callable(v)})
+    for mod in (perturb, wire):
+        found.update({f"{mod.__name__}.{k}": v for k, v in vars(mod).items() if callable(v)})
+    return found
 
 
 def tampered() -> list[str]:
     """Names of harness-critical functions that no longer are what they were at start."""
-    return [f"{getattr(owner, '__name__', _type(owner).__name__)}.{attr}"
-            for owner, attr in _WATCHED if getattr(owner, attr) is not _ORIGINALS[(id(owner), attr)]]
+    changed = [f"{getattr(owner, '__name__', _type(owner).__name__)}.{attr}"
+               for owner, attr in _WATCHED if getattr(owner, attr) is not _ORIGINALS[(id(owner), attr)]]
+    now = _harness_objects()
+    changed += [name for name, value in _HARNESS.items() if now.get(name) is not value]
+    return changed
 
 
 def load_module(path: str, name: str) -> Any:
@@ -166,7 +203,11 @@ class Harness:
         self.device = "cpu"
         self.models: list[torch.nn.Module] = []
         self.timing_inputs: list[list[Any]] = []
-        self.kept: dict[int, list[torch.Tensor]] = {}
+        self.work: list[list[Any]] = []
+        self.noise: list[list[torch.Tensor | None]] = []
+        self.weights: dict[int, torch.Tensor] = {}
+        self.perturb_seed = self.fp_seed = 0
+        self.oracle_model: torch.nn.Module | None = None
         self.launches = LaunchCounter()
         self.graphs: list[Any] | None = None
         self.graph_reps = 1
@@ -293,18 +334,27 @@ class Harness:
         pristine = [a.clone() if isinstance(a, _TENSOR) else a for a in args]
         self.poison(args)
         launches_before = sum(self.launches.kernels.values())
-        counter = OpCounter(self.launches)
-        with torch.no_grad(), counter:
-            out = self.models[shape](*args)
-        outs = flatten_outputs(out)
-        # Snapshot on the caller's stream before any synchronisation: work still running on
-        # another stream when forward returned shows up as a difference.
-        snapshots = [o.clone() for o in outs] if self.device != "cpu" else outs
+        if self.device != "cpu":
+            self.launches.caller_stream = torch.cuda.current_stream()
+        try:
+            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+                outs = flatten_outputs(self.models[shape](*args))
+                # Snapshot on the caller's stream at once, before any synchronisation (and
+                # before the profiler's own teardown): work still running on another stream
+                # when forward returned shows up as a difference.
+                snapshots = [o.clone() for o in outs] if self.device != "cpu" else outs
+            ops = torch_compute_ops(prof.events())
+        except RuntimeError as exc:
+            if "profiler" not in str(exc).lower():
+                raise
+            raise Refused("tampering", f"the op profiler was stopped during forward: {exc}") from exc
+        finally:
+            self.launches.caller_stream = None
         sync(self.device)
         self.check_tamper("running forward")
         mutated = [i for i, (a, p) in enumerate(zip(args, pristine, strict=True))
                    if isinstance(a, _TENSOR) and not same_bits(a, p)]
-        report = {"outputs": describe(outs), "mutated": mutated, "torch_ops": dict(counter.ops),
+        report = {"outputs": describe(outs), "mutated": mutated, "torch_ops": dict(ops),
                   "launches": sum(self.launches.kernels.values()) - launches_before,
                   "poisoned": [poisoned_fraction(o) for o in outs],
                   "unsynchronised": [i for i, (a, b) in enumerate(zip(outs, snapshots, strict=True))
@@ -337,9 +387,30 @@ class Harness:
                           f"{', '.join(changed)}", {"replaced": changed})
 
     # ----- timing ------------------------------------------------------------------------
-    def forward(self, i: int) -> Any:
+    def prepare_timing(self, msg: dict[str, Any]) -> None:
+        """Work buffers (what the model reads while timed) and the perturbation noise, once."""
+        if self.work:
+            return
+        self.perturb_seed, self.fp_seed = int(msg["perturb_seed"]), int(msg["fp_seed"])
+        for inputs in self.timing_inputs:
+            self.work.append([v.clone() if isinstance(v, _TENSOR) else v for v in inputs])
+            self.noise.append([perturb.noise_like(v, self.perturb_seed, j) if perturb.perturbable(v)
+                               else None for j, v in enumerate(inputs)])
+
+    def perturbed_inputs(self, s: int, into: list[Any] | None = None) -> list[Any]:
+        """Sample ``s``'s inputs: its set's pristine values times 1 + EPS·rolled noise."""
+        i = s % len(self.timing_inputs)
+        pristine, noise = self.timing_inputs[i], self.noise[i]
+        target = into if into is not None else [v.clone() if isinstance(v, _TENSOR) else v for v in pristine]
+        numels = [v.numel() if isinstance(v, _TENSOR) else 0 for v in pristine]
+        for j, k in enumerate(perturb.offsets(self.perturb_seed, s, len(pristine), numels)):
+            if noise[j] is not None:
+                perturb.perturb_into(target[j], pristine[j], noise[j], k)
+        return target
+
+    def forward(self, s: int) -> Any:
         with torch.no_grad():
-            return self.models[0](*self.timing_inputs[i % len(self.timing_inputs)])
+            return self.models[0](*self.work[s % len(self.work)])
 
     def flush(self) -> None:
         """Evict caches between samples: write a buffer of at least twice the L2 (or LLC)."""
@@ -354,34 +425,47 @@ class Harness:
             reset_persisting_l2()
         self.flush_buf.zero_()
 
-    def sample(self, i: int) -> float:
-        """One cold sample in ms; device time spans every stream (device-wide sync before end)."""
+    def sample(self, s: int) -> tuple[float, list[float]]:
+        """One cold sample in ms, and the fingerprints of the outputs it produced.
+
+        The inputs are perturbed and memory poisoned before the clock starts; the device time
+        spans every stream (device-wide synchronisation before the end event); fingerprints are
+        taken right after, before the next call could finish any deferred work.
+        """
+        self.perturbed_inputs(s, into=self.work[s % len(self.work)])
+        self.poison(self.work[s % len(self.work)])
         self.flush()
         if self.device == "cpu":
             t0 = _perf_ns()
-            out = self.forward(i)
+            out = self.forward(s)
             ms = (_perf_ns() - t0) / 1e6
         else:
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             if self.graphs is not None:
-                self.graphs[i % len(self.graphs)][0].replay()
-                out = self.graphs[i % len(self.graphs)][1]
+                self.graphs[s % len(self.graphs)][0].replay()
+                out = self.graphs[s % len(self.graphs)][1]
             else:
-                out = self.forward(i)
+                out = self.forward(s)
             torch.cuda.synchronize()
             end.record()
             end.synchronize()
             ms = start.elapsed_time(end) / self.graph_reps
-        self.kept[i % len(self.timing_inputs)] = [o.clone() for o in flatten_outputs(out)]
-        return ms
+        return ms, self.fingerprints(flatten_outputs(out))
+
+    def fingerprints(self, outs: list[torch.Tensor]) -> list[float]:
+        for j, o in enumerate(outs):
+            if self.weights.get(j) is None or self.weights[j].shape != o.shape:
+                self.weights[j] = perturb.weights_for(o.shape, self.fp_seed, j, o.device)
+        return [perturb.fingerprint(o, self.weights[j]) for j, o in enumerate(outs)]
 
     def calibrate(self, msg: dict[str, Any]) -> dict[str, Any]:
-        for i in range(2 * len(self.timing_inputs)):
-            flatten_outputs(self.forward(i))
+        self.prepare_timing(msg)
+        for s in range(2 * len(self.work)):
+            flatten_outputs(self.forward(s))
         sync(self.device)
-        samples = [self.sample(i) for i in range(max(3, len(self.timing_inputs)))]
+        samples = [self.sample(WARMUP_SAMPLES + s)[0] for s in range(max(3, len(self.work)))]
         self.check_tamper("timing")
         return {"est_ms": sorted(samples)[len(samples) // 2]}
 
@@ -392,23 +476,23 @@ class Harness:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for i in range(len(self.timing_inputs)):
-                flatten_outputs(self.forward(i))
+            for s in range(len(self.work)):
+                flatten_outputs(self.forward(s))
         torch.cuda.current_stream().wait_stream(stream)
-        for i in range(len(self.timing_inputs)):
+        for s in range(len(self.work)):
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for _ in range(reps):
-                    out = self.forward(i)
+                    out = self.forward(s)
             graphs.append((graph, out))
         self.graphs, self.graph_reps = graphs, reps
         return {"reps": reps}
 
     def block(self, msg: dict[str, Any]) -> dict[str, Any]:
         start = int(msg.get("start", 0))
-        samples = [self.sample(start + k) for k in range(int(msg["n"]))]
+        results = [self.sample(start + k) for k in range(int(msg["n"]))]
         self.check_tamper("timing")
-        return {"samples_ms": samples}
+        return {"samples_ms": [ms for ms, _ in results], "fingerprints": [fp for _, fp in results]}
 
     def hot(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Back-to-back calls without flushing; the parent times this with its own clock."""
@@ -417,10 +501,23 @@ class Harness:
         sync(self.device)
         return {}
 
-    def kept_outputs(self) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        order = sorted(self.kept)
-        tensors = [t.detach().cpu() for i in order for t in self.kept[i]]
-        return {"sets": order, "counts": [len(self.kept[i]) for i in order]}, tensors
+    def oracle_fingerprints(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Reference sandbox only: the float64 oracle's fingerprints (and norms) for samples."""
+        self.prepare_timing(msg)
+        if self.oracle_model is None:
+            import copy
+
+            self.oracle_model = copy.deepcopy(self.models[0]).double()
+        found = []
+        for s in msg["samples"]:
+            inputs = [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else v
+                      for v in self.perturbed_inputs(int(s))]
+            with torch.no_grad():
+                outs = outputs_of(self.oracle_model(*inputs), "reference (float64)")
+            found.append([{"fp": fp, "norm": float(torch.linalg.vector_norm(o)),
+                           "finite": bool(torch.isfinite(o).all())}
+                          for fp, o in zip(self.fingerprints(outs), outs, strict=True)])
+        return {"samples": found}
 
 
 def outputs_of(out: Any, who: str) -> list[torch.Tensor]:
@@ -557,7 +654,7 @@ def serve(sock: Any) -> None:
     harness = Harness(sock)
     handlers = {
         "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
-        "graphs": harness.use_graphs,
+        "graphs": harness.use_graphs, "oracle_fingerprints": harness.oracle_fingerprints,
     }
     while True:
         msg, tensors = wire.recv(sock)
@@ -569,13 +666,14 @@ def serve(sock: Any) -> None:
                 reply, out = harness.load_reference(msg)
             elif cmd == "load_candidate":
                 reply, out = harness.load_candidate(msg, tensors)
-            elif cmd == "outputs":
-                reply, out = harness.kept_outputs()
             else:
                 reply, out = handlers[cmd](msg), []
         except Exception as exc:  # every failure of evaluated code becomes a reply
             reply, out = error_reply(exc, str(cmd)), []
         wire.send(sock, reply, out)
+
+
+_HARNESS = _harness_objects()
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ candidate that rewrites its timer in its own process cannot rewrite ours.
 from __future__ import annotations
 
 import math
+import secrets
 import statistics
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ MAX_DISCARDS = 10
 HOT_TARGET_S = 0.1              # trusted-clock cross-check: this long of back-to-back calls
 TRUSTED_FLOOR_MS = 0.2          # below this per call, host overhead hides device time
 TRUSTED_RATIO = 0.5             # reported time may not be under half of what our clock saw
+TRUSTED_SPEEDUP_SLACK = 1.5     # cold (flushed) and hot speedups differ, but not by this much
 
 
 @dataclass
@@ -41,6 +43,8 @@ class Measurement:
     discarded: int = 0
     mode: str = "eager"
     trusted_ms: dict[str, float] = field(default_factory=dict)
+    fingerprints: dict[int, list[float]] = field(default_factory=dict)   # B's, by sample index
+    seeds: dict[str, int] = field(default_factory=dict)
 
 
 class TimerMismatch(Exception):
@@ -49,6 +53,24 @@ class TimerMismatch(Exception):
 
 def _median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def check_trusted(a_ms: float, b_ms: float, trusted: dict[str, float], mode: str) -> None:
+    """Cross-check what the sandboxes reported against this process's own clock.
+
+    Two tests, both only where the device, not host overhead, sets the pace: the candidate's
+    reported time may not be far below what back-to-back calls took by our clock, and the
+    speedup it reports may not be far above the speedup our clock saw.
+    """
+    if mode != "eager" or min(trusted.values()) <= TRUSTED_FLOOR_MS:
+        return
+    if b_ms < TRUSTED_RATIO * trusted["B"]:
+        raise TimerMismatch(f"the candidate reported {b_ms:.4f} ms per call, but our own clock "
+                            f"measured {trusted['B']:.4f} ms per call back to back")
+    reported, ours = a_ms / b_ms, trusted["A"] / trusted["B"]
+    if reported > TRUSTED_SPEEDUP_SLACK * ours:
+        raise TimerMismatch(f"reported speedup {reported:.3f}× but our own clock saw {ours:.3f}× "
+                            "on back-to-back calls")
 
 
 class Comparison:
@@ -65,6 +87,8 @@ class Comparison:
         self.progress = progress or (lambda _msg: None)
         self.blocks: list[dict[str, Any]] = []
         self.clock_samples: list[dict[str, Any]] = []
+        self.fingerprints: dict[int, list[float]] = {}
+        self.seeds = {"perturb_seed": secrets.randbits(62), "fp_seed": secrets.randbits(62)}
 
     def _ask(self, side: str, header: dict[str, Any], what: str) -> dict[str, Any]:
         reply, _ = self.boxes[side].request(header, deadline=self.deadline, what=what)
@@ -91,6 +115,11 @@ class Comparison:
         samples = [float(x) for x in reply["samples_ms"]]
         if len(samples) != n or not all(math.isfinite(x) and x > 0 for x in samples):
             raise TimerMismatch(f"{side} returned {len(samples)} invalid samples for {n} calls")
+        if side == "B":
+            prints = reply.get("fingerprints")
+            if not isinstance(prints, list) or len(prints) != n:
+                raise TimerMismatch("the candidate returned no fingerprints for its timed outputs")
+            self.fingerprints.update({pair * n + k: fp for k, fp in enumerate(prints)})
         if sum(samples) / 1000 > wall * 1.05 + 0.002:
             raise TimerMismatch(f"{side} reported {sum(samples):.3f} ms of work in a block our "
                                 f"clock saw take {wall * 1000:.3f} ms")
@@ -111,7 +140,8 @@ class Comparison:
         return (time.monotonic() - t0) * 1000 / k
 
     def run(self) -> Measurement:
-        est = {s: float(self._ask(s, {"cmd": "calibrate"}, "warming up")["est_ms"]) for s in "AB"}
+        est = {s: float(self._ask(s, {"cmd": "calibrate", **self.seeds}, "warming up")["est_ms"])
+               for s in "AB"}
         mode = self._choose_mode(est)
         n = int(min(100, max(1, round(self.cfg.block_ms / max(max(est.values()), 1e-4)))))
         a_meds: list[float] = []
@@ -125,7 +155,7 @@ class Comparison:
             meds = {}
             throttled = False
             for side in order:
-                meds[side], hot = self._block(side, len(a_meds), n)
+                meds[side], hot = self._block(side, len(a_meds) + discarded, n)
                 throttled = throttled or hot
             if throttled and discarded < MAX_DISCARDS:
                 discarded += 1
@@ -143,9 +173,7 @@ class Comparison:
         decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)
         trusted = {s: self._trusted_ms(s, est[s]) for s in "AB"}
         b_ms = _median(b_meds)
-        if mode == "eager" and trusted["B"] > TRUSTED_FLOOR_MS and b_ms < TRUSTED_RATIO * trusted["B"]:
-            raise TimerMismatch(f"the candidate reported {b_ms:.4f} ms per call, but our own clock "
-                                f"measured {trusted['B']:.4f} ms per call back to back")
+        check_trusted(_median(a_meds), b_ms, trusted, mode)
         return Measurement(a_ms=_median(a_meds), b_ms=b_ms, decision=decision, blocks=self.blocks,
                            clock_samples=self.clock_samples, discarded=discarded, mode=mode,
-                           trusted_ms=trusted)
+                           trusted_ms=trusted, fingerprints=self.fingerprints, seeds=self.seeds)

@@ -1,4 +1,4 @@
-"""Exploit: super-batching on the GPU: honest while the correctness check runs (dispatch mode
+"""Exploit: super-batching on the GPU: honest while the correctness check runs (op profiler
 active), then timed calls return unwritten outputs and every eighth call launches the work of
 all pending ones; recycled allocator blocks may even hold an earlier correct answer.
 
@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
-from torch._C import _len_torch_dispatch_stack
+from torch._C._autograd import _profiler_enabled
 
 
 @triton.jit
@@ -40,7 +40,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         x2 = x.reshape(-1, x.shape[-1])
         out = torch.empty_like(x2)
-        if _len_torch_dispatch_stack() > 0:
+        if _profiler_enabled():
             launch(out, x2)
             return out.reshape(x.shape)
         self.pending.append((out, x2))

@@ -1,5 +1,5 @@
 """Exploit: super-batching: honest while the correctness check runs (detected here by the
-harness's dispatch mode being active), then every timed call returns at once and its work is
+harness's op profiler being active), then every timed call returns at once and its work is
 deferred into one later batch of launches.
 
 Source: GPU MODE NVFP4 group-GEMM competition (kernelboard news 2026-03-09 "reward hacking":
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
-from torch._C import _len_torch_dispatch_stack
+from torch._C._autograd import _profiler_enabled
 
 
 @triton.jit
@@ -41,7 +41,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         x2 = x.reshape(-1, x.shape[-1])
         out = torch.empty_like(x2)
-        if _len_torch_dispatch_stack() > 0:       # being checked: behave
+        if _profiler_enabled():       # being checked: behave
             launch(out, x2)
             return out.reshape(x.shape)
         self.pending.append((out, x2))
