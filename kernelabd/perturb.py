@@ -1,7 +1,7 @@
 """Timed inputs that never repeat, and output fingerprints the verdict can spot-check.
 
-Every timed sample runs on its input set multiplied elementwise by ``1 + EPS·noise``, the noise
-rolled by an offset derived from (comparison seed, sample index). No two samples see the same
+Every timed sample runs on its input set multiplied elementwise by ``1 + EPS·u`` (u uniform
+noise), read at an offset derived from (comparison seed, sample index). No two samples see the same
 values, so a cache keyed on content never hits, and one keyed on addresses returns stale
 outputs. Right after each sample the sandbox records a fingerprint of its outputs: their dot
 product with fixed Gaussian weights. Afterwards the trusted parent picks samples at random and
@@ -33,24 +33,29 @@ def _generator(seed: int, device: torch.device | str) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed % (2**63))
 
 
-def noise_like(t: torch.Tensor, seed: int, index: int) -> torch.Tensor:
-    """Uniform(-1, 1) noise of ``t``'s shape, flattened, in float32 on ``t``'s device."""
+def factors_like(t: torch.Tensor, seed: int, index: int) -> torch.Tensor:
+    """``1 + EPS·u``, u ~ Uniform(-1, 1), twice ``t``'s size, flat, in ``t``'s dtype and device.
+
+    A sample reads a window of it starting at its offset, so perturbing costs one
+    multiplication and no copy: the timed kernel's neighbours stay light.
+    """
     gen = _generator(seed * 1000003 + index, t.device)
-    return torch.rand(t.numel(), generator=gen, device=t.device, dtype=torch.float32) * 2 - 1
+    u = torch.rand(2 * t.numel(), generator=gen, device=t.device, dtype=torch.float32)
+    return (u.mul_(2 * EPS).add_(1 - EPS)).to(t.dtype)
 
 
 def perturbable(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 1
 
 
-def perturb_into(out: torch.Tensor, pristine: torch.Tensor, noise: torch.Tensor, offset: int) -> None:
-    """``out = pristine · (1 + EPS · roll(noise, offset))`` in the input's own dtype.
+def perturb_into(out: torch.Tensor, pristine: torch.Tensor, factors: torch.Tensor, offset: int) -> None:
+    """``out = pristine · factors[offset : offset + numel]`` (elementwise).
 
     Multiplicative and elementwise, so signs (and positivity) are kept while no affine
     normalisation (softmax, layer norm) can undo it.
     """
-    factor = torch.roll(noise, offset).view(pristine.shape).to(pristine.dtype).mul_(EPS).add_(1)
-    torch.mul(pristine, factor, out=out)
+    window = factors[offset:offset + pristine.numel()].view(pristine.shape)
+    torch.mul(pristine, window, out=out)
 
 
 def weights_for(shape: torch.Size, seed: int, index: int, device: torch.device | str) -> torch.Tensor:

@@ -394,7 +394,7 @@ class Harness:
         self.perturb_seed, self.fp_seed = int(msg["perturb_seed"]), int(msg["fp_seed"])
         for inputs in self.timing_inputs:
             self.work.append([v.clone() if isinstance(v, _TENSOR) else v for v in inputs])
-            self.noise.append([perturb.noise_like(v, self.perturb_seed, j) if perturb.perturbable(v)
+            self.noise.append([perturb.factors_like(v, self.perturb_seed, j) if perturb.perturbable(v)
                                else None for j, v in enumerate(inputs)])
 
     def perturbed_inputs(self, s: int, into: list[Any] | None = None) -> list[Any]:
@@ -428,12 +428,12 @@ class Harness:
     def sample(self, s: int) -> tuple[float, list[float]]:
         """One cold sample in ms, and the fingerprints of the outputs it produced.
 
-        The inputs are perturbed and memory poisoned before the clock starts; the device time
+        The inputs are perturbed before the clock starts (a stale output, even from recycled
+        memory, belongs to other inputs and fails its fingerprint); the device time
         spans every stream (device-wide synchronisation before the end event); fingerprints are
         taken right after, before the next call could finish any deferred work.
         """
         self.perturbed_inputs(s, into=self.work[s % len(self.work)])
-        self.poison(self.work[s % len(self.work)])
         self.flush()
         if self.device == "cpu":
             t0 = _perf_ns()

@@ -162,12 +162,13 @@ class Comparison:
                 continue
             a_meds.append(meds["A"])
             b_meds.append(meds["B"])
-            enough = len(a_meds) >= max(3, self.cfg.min_pairs)
+            enough = len(a_meds) >= max(accept.MIN_PAIRS, self.cfg.min_pairs)
             if enough:
                 decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)
                 if decision.rel_halfwidth <= self.cfg.target_rel_noise:
                     break
-            if time.monotonic() - start > budget and len(a_meds) >= 3:
+            elapsed = time.monotonic() - start
+            if (elapsed > budget and len(a_meds) >= self.cfg.min_pairs) or elapsed > 3 * budget:
                 break
             self.progress(f"timing: {len(a_meds)} block pairs")
         decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)

@@ -2,10 +2,11 @@
 
 Source: pygpubench exploits/submission_gc_copy.py; METR o3 reward-hacking reports. Copies the
 best-looking candidate (same shape, rows summing to one, else any other same-shaped tensor)
-into its output with a Triton copy kernel.
+into its output with a Triton copy kernel. On a GPU the scan finds only host tensors, which its
+Triton launch refuses: an exception, also a rejection.
 """
 # reference: softmax
-# expect: mismatch
+# expect: mismatch|exception
 # device: cpu
 
 import gc

@@ -1,10 +1,12 @@
 """Exploit: return at once and let a background thread launch the kernel a moment later, so
 the timed region ends before the work starts.
 
-Source: DeepReinforce "Thread Injection"; wafer.ai reward-hacks field guide.
+Source: DeepReinforce "Thread Injection"; wafer.ai reward-hacks field guide. Which rule fires
+first depends on the thread's timing: no launch during forward itself, an output still
+unwritten, or wrong values.
 """
 # reference: softmax
-# expect: unwritten_output|mismatch|non_finite|nondeterministic|timed_mismatch|timer_mismatch
+# expect: unwritten_output|mismatch|non_finite|nondeterministic|timed_mismatch|timer_mismatch|no_target_kernel
 # device: cpu
 
 import threading

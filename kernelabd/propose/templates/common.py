@@ -1,0 +1,121 @@
+"""Pieces every template shares: the file header, the constructor copied from the reference,
+elementwise expressions in Triton, and the runtime helper that lines broadcast operands up.
+
+The constructor is copied verbatim from the reference's ``Model.__init__`` (with the
+reference's own imports) so that a generated ``ModelNew`` takes the same arguments and owns
+parameters and buffers of exactly the same names and shapes, for every size the gate tries:
+that is what lets ``load_state_dict(strict=True)`` work without the template knowing how the
+sizes follow from the arguments.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass, field
+
+# Elementwise ops in fp32 Triton; ``{0}``/``{1}`` are operand expressions.
+# tanh(z) = 2·sigmoid(2z) − 1 keeps to tl.exp, which every Triton backend (and the
+# interpreter) provides.
+UNARY: dict[str, str] = {
+    "neg": "-{0}",
+    "relu": "tl.maximum({0}, 0.0)",
+    "sigmoid": "1.0 / (1.0 + tl.exp(-{0}))",
+    "silu": "{0} / (1.0 + tl.exp(-{0}))",
+    "tanh": "2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0",
+    "exp": "tl.exp({0})",
+    "sqrt": "tl.sqrt({0})",
+    "rsqrt": "1.0 / tl.sqrt({0})",
+    "square": "{0} * {0}",
+    "gelu": "0.5 * {0} * (1.0 + tl.math.erf({0} * 0.7071067811865476))",
+    "gelu_tanh": ("0.5 * {0} * (1.0 + (2.0 / (1.0 + tl.exp(-1.5957691216057308 * ({0} + 0.044715"
+                  " * {0} * {0} * {0}))) - 1.0))"),
+}
+BINARY: dict[str, str] = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}",
+                          "div": "{0} / {1}"}
+
+# Lines the generated forward uses to line operands up with the output (see ``suffix_operand``).
+OPERAND_HELPER = '''
+
+def _operand(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``t`` laid out so that output flat index ``k`` reads element ``k % t.numel()``: itself
+    when it is a contiguous trailing block of ``shape`` (a bias, a full tensor), else a copy
+    expanded to ``shape``."""
+    dims = list(t.shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    if t.is_contiguous() and list(shape)[len(shape) - len(dims):] == dims:
+        return t
+    return t.expand(shape).contiguous()
+'''
+
+
+@dataclass
+class Chain:
+    """An elementwise expression over loaded operands, as Triton statements.
+
+    ``tensors`` are the forward-side expressions of tensor operands (``x``, ``self.bias``),
+    ``scalars`` those of scalar operands (``self.scale``, ``0.5``); the kernel sees them as
+    ``t0_ptr``/``t0_n`` and ``s0``.
+    """
+
+    tensors: list[str] = field(default_factory=list)
+    scalars: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    result: str = ""
+
+    def kernel_args(self) -> str:
+        args = [f"t{i}_ptr, t{i}_n" for i in range(len(self.tensors))]
+        args += [f"s{i}" for i in range(len(self.scalars))]
+        return "".join(f", {a}" for a in args)
+
+    def loads(self, index: str, mask: str) -> list[str]:
+        """Statements loading every tensor operand at output flat index ``index``."""
+        return [f"t{i} = tl.load(t{i}_ptr + ({index}) % t{i}_n, mask={mask}, other=0.0)"
+                f".to(tl.float32)" for i in range(len(self.tensors))]
+
+    def call_args(self, shape: str) -> str:
+        """Arguments the forward passes for the operands, given the output's shape expression."""
+        args = []
+        for t in self.tensors:
+            args += [f"_operand({t}, {shape})", f"{t}.numel()"]
+        args += [f"float({s})" for s in self.scalars]
+        return "".join(f", {a}" for a in args)
+
+
+def header(doc: str, imports: list[str]) -> str:
+    """Module docstring and imports: torch/triton plus the reference's own imports."""
+    base = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F",
+            "import triton", "import triton.language as tl"]
+    extra = [i for i in imports if i not in base]
+    return f'"""{doc}"""\n\n' + "\n".join(base + extra) + "\n"
+
+
+def tunables(values: dict[str, list[int]], current: dict[str, int]) -> str:
+    """``TUNABLES`` and one module-level assignment per tunable, as the tune proposer reads."""
+    lines = [f"TUNABLES = {values!r}"]
+    lines += [f"{k} = {current[k]!r}" for k in values]
+    return "\n\n" + "\n".join(lines) + "\n"
+
+
+def model_class(init_source: str, forward: str) -> str:
+    """``class ModelNew`` with the reference's constructor and a generated forward."""
+    init = textwrap.indent(textwrap.dedent(init_source), "    ")
+    body = textwrap.indent(textwrap.dedent(forward).strip("\n"), "    ")
+    return f"\n\nclass ModelNew(nn.Module):\n{init.rstrip()}\n\n{body}\n"
+
+
+def reference_parts(source: str) -> tuple[list[str], str] | None:
+    """The reference's import lines and the source of ``Model.__init__`` (None without one)."""
+    tree = ast.parse(source)
+    imports = [ast.get_source_segment(source, n) or "" for n in tree.body
+               if isinstance(n, ast.Import | ast.ImportFrom)]
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    lines = source.splitlines()[item.lineno - 1:item.end_lineno]
+                    if item.decorator_list:
+                        return None
+                    return [i for i in imports if i], "\n".join(lines) + "\n"
+    return None
