@@ -22,7 +22,7 @@ from typing import Any
 from kernelabd import __version__
 from kernelabd.config import Config
 from kernelabd.devices import Device, discover, sample
-from kernelabd.jobs_api import LocalRecorder, ensure_home
+from kernelabd.jobs_api import LocalRecorder, ensure_home, pid_alive
 from kernelabd.notify import Notifier
 from kernelabd.scheduler import Scheduler
 from kernelabd.watch import Inbox, take_ready
@@ -45,16 +45,6 @@ class AlreadyRunning(RuntimeError):
 class Options:
     device: str | None = None     # cpu | cuda | None (GPUs if any)
     once: bool = False            # process the inbox, wait for every job, exit
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def foreground_jobs(conn: sqlite3.Connection) -> set[int]:

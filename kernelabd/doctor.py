@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelabd.config import Config, ConfigError, load
+from kernelabd.jobs_api import pid_alive
 from kernelabd.security import inbox_problem
 from store.db import SCHEMA_VERSION, StoreError, connect
 from store.home import Home
@@ -328,16 +329,6 @@ def _repair_hint(home: Home) -> str:
             f"daemon again: it creates a fresh database and requeues the inbox")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def check_daemon(home: Home, now: float | None = None) -> Check:
     """Is a daemon alive on this home? Read from its heartbeat row (``daemon`` id 1)."""
     hint = ("sudo systemctl start kernelabd (journalctl -u kernelabd -e says why it stopped), "
@@ -359,7 +350,7 @@ def check_daemon(home: Home, now: float | None = None) -> Check:
     status = str(row["status"] or "")
     if status.startswith("stop"):
         return Check("daemon", WARN, f"not running: {who} stopped {age:.0f} s ago", hint)
-    if row["host"] == socket.gethostname() and row["pid"] and not _alive(row["pid"]):
+    if row["host"] == socket.gethostname() and row["pid"] and not pid_alive(row["pid"]):
         return Check("daemon", FAIL, f"{who} is gone without stopping cleanly "
                      f"(last heartbeat {age:.0f} s ago): it crashed or was killed", hint)
     if age > HEARTBEAT_STALE_S:
@@ -379,7 +370,8 @@ def _format_ceilings(values: Any) -> str:
 
 def check_ceilings(home: Home) -> Check:
     """The measured speed-of-light ceilings (copy bandwidth, matrix rate) per device."""
-    hint = "the daemon measures them when it first sees a GPU; start it and wait a minute"
+    hint = ("this version does not measure them yet (issue 4, capture): nothing to do; jobs "
+            "then stop on patience, candidates or time, not on speed of light")
     if not home.db.exists():
         return Check("ceilings", WARN, "not measured yet (no database)", hint)
     try:

@@ -83,6 +83,17 @@ def wait_command(home: Home, command_id: int, timeout_s: float) -> dict[str, Any
         conn.close()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists (one owned by another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def daemon_alive(conn: sqlite3.Connection, stale_s: float = 10.0) -> bool:
     """Whether a daemon has beaten its heartbeat recently (it writes one every second)."""
     row = conn.execute("SELECT heartbeat_at, status FROM daemon WHERE id = 1").fetchone()

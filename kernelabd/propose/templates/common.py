@@ -11,6 +11,7 @@ sizes follow from the arguments.
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from dataclasses import dataclass, field
 
@@ -85,7 +86,7 @@ class Chain:
 
 def header(doc: str, imports: list[str]) -> str:
     """Module docstring and imports: torch/triton plus the reference's own imports."""
-    base = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F",
+    base = ["import math", "import torch", "import torch.nn as nn", "import torch.nn.functional as F",
             "import triton", "import triton.language as tl"]
     extra = [i for i in imports if i not in base]
     return f'"""{doc}"""\n\n' + "\n".join(base + extra) + "\n"
@@ -101,6 +102,7 @@ def tunables(values: dict[str, list[int]], current: dict[str, int]) -> str:
 def model_class(init_source: str, forward: str) -> str:
     """``class ModelNew`` with the reference's constructor and a generated forward."""
     init = textwrap.indent(textwrap.dedent(init_source), "    ")
+    init = re.sub(r"super\(\s*Model\s*,\s*self\s*\)", "super()", init)
     body = textwrap.indent(textwrap.dedent(forward).strip("\n"), "    ")
     return f"\n\nclass ModelNew(nn.Module):\n{init.rstrip()}\n\n{body}\n"
 

@@ -1,0 +1,106 @@
+"""Softmax, log-softmax, LayerNorm and RMSNorm: one program reads a whole slice into registers,
+reduces it and writes the result, so each element crosses memory once each way (eager runs
+these as several kernels, or one kernel with an extra pass).
+
+The input is viewed as ``(outer, R, inner)`` with the normalised/reduced extent ``R`` in the
+middle, so any ``dim`` works without a transposing copy: a program owns one ``outer`` index and
+``BLOCK_I`` neighbouring ``inner`` columns (coalesced when ``inner > 1``; a plain row when
+``inner == 1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelabd.propose.templates import common
+
+BODIES: dict[str, list[str]] = {
+    "softmax": [
+        "x = tl.where(mask, x, -float('inf'))",
+        "e = tl.exp(x - tl.max(x, axis=0)[None, :])",
+        "y = e / tl.sum(e, axis=0)[None, :]",
+    ],
+    "log_softmax": [
+        "x = tl.where(mask, x, -float('inf'))",
+        "z = x - tl.max(x, axis=0)[None, :]",
+        "y = z - tl.log(tl.sum(tl.exp(z), axis=0))[None, :]",
+    ],
+    "layer_norm": [
+        "d = tl.where(mask, x - (tl.sum(x, axis=0) / R)[None, :], 0.0)",
+        "y = d / tl.sqrt(tl.sum(d * d, axis=0) / R + eps)[None, :]",
+    ],
+    "rms_norm": [
+        "y = x / tl.sqrt(tl.sum(x * x, axis=0) / R + eps)[None, :]",
+    ],
+}
+TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
+          "rms_norm": "RMSNorm"}
+
+
+@dataclass
+class Rowwise:
+    """One recognised row operation and how the forward reaches its operands."""
+
+    kind: str                   # a key of BODIES
+    arg: str                    # forward argument normalised
+    first_dim: str              # expression: first dim of R
+    end_dim: str                # expression: one past the last dim of R
+    eps: str | None = None      # expression for eps (norms)
+    weight: str | None = None   # expression for the scale
+    bias: str | None = None     # expression for the shift
+    inner: bool = False         # inner > 1 at the traced size: BLOCK_I matters, tune TILE
+
+
+def kernel(op: Rowwise) -> str:
+    args = "out_ptr, x_ptr, R, inner"
+    args += ", w_ptr" if op.weight else ""
+    args += ", b_ptr" if op.bias else ""
+    args += ", eps" if op.eps else ""
+    lines = [
+        "r = tl.arange(0, BLOCK_R)[:, None]",
+        "i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)[None, :]",
+        "mask = (r < R) & (i < inner)",
+        "offs = tl.program_id(0).to(tl.int64) * R * inner + r * inner + i",
+        "x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
+        *BODIES[op.kind],
+    ]
+    if op.weight:
+        lines.append("y = y * tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)")
+    if op.bias:
+        lines.append("y = y + tl.load(b_ptr + r, mask=r < R, other=0.0).to(tl.float32)")
+    lines.append("tl.store(out_ptr + offs, y, mask=mask)")
+    body = "\n".join(f"    {line}" for line in lines)
+    return (f"\n\n@triton.jit\ndef {op.kind}_kernel({args}, BLOCK_R: tl.constexpr, "
+            f"BLOCK_I: tl.constexpr):\n{body}\n")
+
+
+def forward(op: Rowwise, signature: str) -> str:
+    extra = "".join(f", {e}" for e in (op.weight, op.bias, op.eps) if e)
+    return f'''
+def forward(self, {signature}):
+    x = {op.arg}.contiguous()
+    first, end = {op.first_dim}, {op.end_dim}
+    outer, R, inner = (math.prod(x.shape[:first]), math.prod(x.shape[first:end]),
+                       math.prod(x.shape[end:]))
+    out = torch.empty_like(x)
+    block_r = triton.next_power_of_2(R)
+    block_i = max(1, min(triton.next_power_of_2(inner), TILE // block_r))
+    grid = (outer, triton.cdiv(inner, block_i))
+    {op.kind}_kernel[grid](out, x, R, inner{extra}, BLOCK_R=block_r, BLOCK_I=block_i,
+                           num_warps=num_warps)
+    return out
+'''
+
+
+def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[str, str]:
+    """(candidate source, one-line edit description)."""
+    title = TITLES[op.kind]
+    values = {"TILE": [1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16]}
+    if not op.inner:
+        values.pop("TILE")
+    source = (common.header(f"Template: {title} over one extent in a single pass (whole slice in "
+                            "registers, fp32 statistics).", imports)
+              + common.tunables(values, {"TILE": 4096, "num_warps": 4})
+              + ("" if op.inner else "TILE = 4096\n")
+              + kernel(op) + common.model_class(init, forward(op, signature)))
+    return source, f"template: {title} (fused, one pass)"
