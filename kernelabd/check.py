@@ -290,13 +290,14 @@ class Check:
     def _run(self, time_it: bool) -> CheckResult:
         with ExitStack() as stack:
             ref_box = self._ref_box = stack.enter_context(Sandbox(self.spec("reference")))
+            # Started now so that its interpreter and torch import overlap the reference's work.
+            cand_box = stack.enter_context(Sandbox(self.spec("candidate")))
             with self.stage("reference", "running the reference and the float64 oracle"):
                 shapes, sets, timing = plan_sets(self._problem, self.device)
                 self._set_meta = sets
                 ref = self.load_reference_planned(ref_box, shapes, sets, timing)
                 n_gate = len(sets)
                 usable = self.validate_reference(self._problem, ref, n_gate)
-            cand_box = stack.enter_context(Sandbox(self.spec("candidate")))
             with self.stage("gate", "gating the candidate"):
                 max_err, tol = self.gate_candidate(cand_box, ref, n_gate, usable)
             result = CheckResult(verdict="pass", max_rel_error=max_err, tolerance=tol,

@@ -248,6 +248,7 @@ class Loop:
     def _run(self) -> Outcome:
         self.materialise_reference()
         self.check_reference()
+        self.capture()
         for cand in [c for c in self.history if c.state != "done"]:
             self.rec.event("candidate.redo", f"#{cand.id} was in flight; evaluating it again",
                            job_id=self.job_id)
@@ -267,6 +268,19 @@ class Loop:
                 return self.finish(reason)
             proposal, name = picked
             self.evaluate(self.record(proposal, name))
+
+    def capture(self) -> None:
+        """FLOPs, bytes moved and launch records of the reference, once per job."""
+        if self.job.get("capture"):
+            return
+        from kernelabd.capture import capture_reference
+
+        try:
+            data = capture_reference(self.reference, self.device)
+        except Exception as exc:  # the reference's own failure is the gate's to report
+            data = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        self.rec.update_job(self.job_id, {"capture": data})
+        self.job["capture"] = data
 
     def check_reference(self) -> None:
         """Static checks in trusted code, before any sandbox is started."""

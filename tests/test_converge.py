@@ -71,10 +71,10 @@ def test_acceptance_needs_the_gate_and_then_a_gain_beyond_noise():
 def test_a_job_with_nothing_to_run_fails_and_names_the_missing_proposers(home, kit):
     source = (kit.examples / "softmax.py").read_text()
     loop, store = loop_for(home, NewProblem("softmax", "x", source),
-                           {"proposers": ["template", "nonesuch", "tune"]})
+                           {"proposers": ["inductor", "nonesuch", "tune"]})
     outcome = loop.run()
     assert outcome.state == "failed"
-    assert "no candidate to evaluate" in outcome.error and "template" in outcome.error
+    assert "no candidate to evaluate" in outcome.error and "inductor" in outcome.error
     kinds = [r[0] for r in store.conn.execute("SELECT kind FROM events ORDER BY id")]
     assert kinds.count("proposer.unavailable") == 2
 
@@ -95,6 +95,9 @@ def test_gate_failure_is_recorded_never_timed_and_fails_the_job(home, kit):
     assert row["verdict"] in ("fail", "error") and row["rule"] and not row["accepted"]
     assert row["candidate_ms"] is None, "a failed candidate is never timed"
     assert store.conn.execute("SELECT COUNT(*) FROM blocks").fetchone()[0] == 0
+    (capture,) = store.conn.execute("SELECT capture FROM jobs WHERE id = ?", (loop.job_id,)).fetchone()
+    captured = json.loads(capture)
+    assert captured["min_bytes"] == 2 * 16 * 1000 * 4, "the reference's input and output, fp32"
 
 
 def test_port_runs_one_job_in_the_foreground_and_prints_its_status(kit, tmp_path):

@@ -38,16 +38,16 @@ BINARY: dict[str, str] = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * 
 # Lines the generated forward uses to line operands up with the output (see ``suffix_operand``).
 OPERAND_HELPER = '''
 
-def _operand(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """``t`` laid out so that output flat index ``k`` reads element ``k % t.numel()``: itself
-    when it is a contiguous trailing block of ``shape`` (a bias, a full tensor), else a copy
-    expanded to ``shape``."""
+def _operand(t: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
+    """``t`` laid out so that output flat index ``k`` reads its element ``k % n``, and ``n``:
+    itself when it is a contiguous trailing block of ``shape`` (a bias, a full tensor), else a
+    copy expanded to ``shape``."""
     dims = list(t.shape)
     while dims and dims[0] == 1:
         dims.pop(0)
-    if t.is_contiguous() and list(shape)[len(shape) - len(dims):] == dims:
-        return t
-    return t.expand(shape).contiguous()
+    if not (t.is_contiguous() and list(shape)[len(shape) - len(dims):] == dims):
+        t = t.expand(shape).contiguous()
+    return t, t.numel()
 '''
 
 
@@ -79,7 +79,7 @@ class Chain:
         """Arguments the forward passes for the operands, given the output's shape expression."""
         args = []
         for t in self.tensors:
-            args += [f"_operand({t}, {shape})", f"{t}.numel()"]
+            args.append(f"*_operand({t}, {shape})")
         args += [f"float({s})" for s in self.scalars]
         return "".join(f", {a}" for a in args)
 

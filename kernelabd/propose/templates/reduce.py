@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelabd.propose.templates import common
+
 INIT = {"sum": "tl.zeros([BLOCK_I], dtype=tl.float32)", "mean": "tl.zeros([BLOCK_I], dtype=tl.float32)",
         "max": "tl.full([BLOCK_I], -float('inf'), tl.float32)"}
 OTHER = {"sum": "0.0", "mean": "0.0", "max": "-float('inf')"}
@@ -34,7 +36,8 @@ def kernel(op: Reduction) -> str:
         "for r0 in range(0, R, BLOCK_R):",
         "    r = r0 + tl.arange(0, BLOCK_R)[:, None]",
         "    mask = (r < R) & (i[None, :] < inner)",
-        f"    x = tl.load(x_ptr + base + r * inner + i[None, :], mask=mask, other={OTHER[op.kind]})",
+        f"    x = tl.load(x_ptr + base + r * inner + i[None, :], mask=mask, other={OTHER[op.kind]})"
+        ".to(tl.float32)",
         f"    {STEP[op.kind]}",
     ]
     if op.kind == "mean":
@@ -64,8 +67,6 @@ def forward(self, {signature}):
 
 
 def render(op: Reduction, signature: str, imports: list[str], init: str) -> tuple[str, str]:
-    from kernelabd.propose.templates import common
-
     values = {"TILE": [512, 1024, 2048, 4096, 8192], "BLOCK_INNER": [16, 32, 64, 128, 256],
               "num_warps": [1, 2, 4, 8]}
     fixed = ""

@@ -1,0 +1,440 @@
+"""The ``template`` proposer: recognise the reference's computation in its torch.fx graph and
+instantiate a fused Triton template for it — a verified first port without a model endpoint.
+
+Recognition works on a canonical op list (``Op``): every torch function, tensor method and
+module call that means the same thing (``F.relu``, ``x.relu()``, ``nn.ReLU``) becomes one kind,
+with its operands resolved to forward arguments, parameters or scalars. Each matcher then asks
+whether the whole graph is one of its shapes; a graph with any op it does not know matches
+nothing, so a template never silently drops part of the computation. The gate checks the
+result anyway: a wrong match costs one rejected candidate, never a wrong answer.
+
+The reference is loaded and traced in this process: the worker is trusted with the reference
+as with any code it proposes from. Candidates are never run here.
+"""
+
+from __future__ import annotations
+
+import operator
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import fx
+from torch.fx.passes.shape_prop import ShapeProp
+
+from kernelabd.capture import load_reference
+from kernelabd.propose.base import JobContext, Proposal
+from kernelabd.propose.templates import common, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.tune import params_of
+
+FUNCTIONS: dict[Any, str] = {
+    operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
+    operator.mul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
+    operator.neg: "neg", torch.neg: "neg", torch.relu: "relu", F.relu: "relu",
+    torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", F.silu: "silu", torch.tanh: "tanh",
+    F.tanh: "tanh", torch.exp: "exp", torch.sqrt: "sqrt", torch.rsqrt: "rsqrt",
+    torch.square: "square", operator.pow: "pow", torch.pow: "pow", F.gelu: "gelu",
+    torch.softmax: "softmax", F.softmax: "softmax", torch.log_softmax: "log_softmax",
+    F.log_softmax: "log_softmax", F.layer_norm: "layer_norm", F.rms_norm: "rms_norm",
+    torch.sum: "sum", torch.mean: "mean", torch.amax: "max", torch.max: "max",
+    torch.matmul: "matmul", torch.mm: "matmul", operator.matmul: "matmul", F.linear: "linear",
+    operator.getitem: "getitem", torch.clone: "identity", torch.detach: "identity",
+}
+METHODS: dict[str, str] = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
+    "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "square": "square", "pow": "pow", "softmax": "softmax", "log_softmax": "log_softmax",
+    "sum": "sum", "mean": "mean", "amax": "max", "max": "max", "matmul": "matmul",
+    "clone": "identity", "detach": "identity", "contiguous": "identity",
+}
+MODULES: dict[type, str] = {
+    nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.GELU: "gelu",
+    nn.Softmax: "softmax", nn.LogSoftmax: "log_softmax", nn.LayerNorm: "layer_norm",
+    nn.RMSNorm: "rms_norm", nn.Linear: "linear", nn.Identity: "identity",
+}
+ELEMENTWISE = set(common.UNARY) | set(common.BINARY)
+REDUCTIONS = {"sum", "mean", "max"}
+# keyword arguments that do not change what an op computes
+HARMLESS_KWARGS = {"inplace", "_stacklevel"}
+
+
+@dataclass
+class Op:
+    """One computing node in canonical form: ``args`` are fx nodes or Python scalars,
+    ``attrs`` the op's settings (dims, eps, and parameters as ``self.…`` expressions)."""
+
+    node: fx.Node
+    kind: str
+    args: tuple[Any, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _dim(value: Any) -> int | None:
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _kwargs_ok(node: fx.Node, allowed: set[str]) -> bool:
+    """Whether every keyword is one the op's template honours (a ``dtype`` only when None)."""
+    return all(k in allowed | HARMLESS_KWARGS or (k == "dtype" and v is None)
+               for k, v in node.kwargs.items())
+
+
+def _module_op(node: fx.Node, module: nn.Module, kind: str) -> Op | None:
+    path = f"self.{node.target}"
+    x = node.args[0] if node.args else None
+    if kind == "gelu":
+        kind = "gelu_tanh" if getattr(module, "approximate", "none") == "tanh" else "gelu"
+    if kind in ("softmax", "log_softmax"):
+        return Op(node, kind, (x,), {"dim": _dim(module.dim)})
+    if kind == "layer_norm":
+        return Op(node, kind, (x,), {"ndim": len(module.normalized_shape), "eps": f"{path}.eps",
+                                     "weight": f"{path}.weight" if module.weight is not None else None,
+                                     "bias": f"{path}.bias" if module.bias is not None else None})
+    if kind == "rms_norm":
+        eps = f"{path}.eps" if module.eps is not None else "torch.finfo(x.dtype).eps"
+        return Op(node, kind, (x,), {"ndim": len(module.normalized_shape), "eps": eps,
+                                     "weight": f"{path}.weight" if module.weight is not None else None})
+    if kind == "linear":
+        return Op(node, kind, (x,), {"weight": f"{path}.weight",
+                                     "bias": f"{path}.bias" if module.bias is not None else None})
+    return Op(node, kind, (x,))
+
+
+def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
+    """The canonical op of a call node, or None when no template knows it."""
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        kind = MODULES.get(type(module))
+        return _module_op(node, module, kind) if kind else None
+    kind = FUNCTIONS.get(node.target) if node.op == "call_function" else METHODS.get(str(node.target))
+    if kind is None:
+        return None
+    x = node.args[0] if node.args else node.kwargs.get("input")
+    if kind in common.BINARY:
+        return Op(node, kind, tuple(node.args[:2])) if not node.kwargs and len(node.args) == 2 else None
+    if kind == "pow":
+        return Op(node, "square", (x,)) if _arg(node, 1, "exponent") == 2 else None
+    if kind == "gelu":
+        kind = "gelu_tanh" if node.kwargs.get("approximate", "none") == "tanh" else "gelu"
+    if kind in common.UNARY or kind == "identity":
+        return Op(node, kind, (x,)) if _kwargs_ok(node, {"approximate"}) else None
+    if kind in ("softmax", "log_softmax") and _kwargs_ok(node, {"dim"}):
+        return Op(node, kind, (x,), {"dim": _dim(_arg(node, 1, "dim"))})
+    if kind in REDUCTIONS and _kwargs_ok(node, {"dim", "keepdim"}):
+        return Op(node, kind, (x,), {"dim": _dim(_arg(node, 1, "dim")),
+                                     "keepdim": bool(_arg(node, 2, "keepdim", False))})
+    if kind == "matmul":
+        return Op(node, kind, (node.args[0], node.args[1]))
+    if kind == "getitem":
+        return Op(node, kind, (x, node.args[1]))
+    if kind == "linear":
+        return Op(node, kind, (x,), {"weight": _arg(node, 1, "weight"), "bias": _arg(node, 2, "bias")})
+    if kind == "layer_norm":
+        shape = _arg(node, 1, "normalized_shape")
+        return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
+                                     "weight": _arg(node, 2, "weight"), "bias": _arg(node, 3, "bias"),
+                                     "eps": _arg(node, 4, "eps", 1e-5)})
+    if kind == "rms_norm":
+        shape = _arg(node, 1, "normalized_shape")
+        return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
+                                     "weight": _arg(node, 2, "weight"),
+                                     "eps": _arg(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
+    return None
+
+
+class Graph:
+    """The traced reference: canonical ops, operand expressions and traced shapes."""
+
+    def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
+        self.gm = gm
+        self.model = model
+        self.inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.signature = ", ".join(str(n.target) for n in self.inputs)
+        self.alias: dict[fx.Node, Any] = {}
+        self.ops: list[Op] = []
+        self.known = True
+        for node in gm.graph.nodes:
+            if node.op in ("call_function", "call_method", "call_module"):
+                op = canon(node, gm)
+                if op is None:
+                    self.known = False
+                elif op.kind == "identity":
+                    self.alias[node] = self.resolve(op.args[0])
+                else:
+                    self.ops.append(Op(op.node, op.kind, tuple(self.resolve(a) for a in op.args),
+                                       {k: self.resolve(v) for k, v in op.attrs.items()}))
+        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        self.out = self.resolve(outputs)
+
+    def resolve(self, value: Any) -> Any:
+        return self.alias.get(value, value) if isinstance(value, fx.Node) else value
+
+    def leaf(self, value: Any) -> str | None:
+        """The forward's expression for an input or a parameter (None for anything else)."""
+        if isinstance(value, str) and value.startswith("self."):
+            return value
+        if isinstance(value, fx.Node) and value.op == "placeholder":
+            return str(value.target)
+        if isinstance(value, fx.Node) and value.op == "get_attr":
+            return f"self.{value.target}"
+        return None
+
+    def scalar(self, value: Any) -> str | None:
+        """A Python number's expression: the model attribute holding it when exactly one does
+        (so a constructor argument like ``eps`` follows the instance), else its literal."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        names = [k for k, v in vars(self.model).items() if not k.startswith("_")
+                 and type(v) in (int, float) and v == value]
+        return f"self.{names[0]}" if len(names) == 1 else repr(value)
+
+    def shape(self, value: Any) -> tuple[int, ...] | None:
+        if isinstance(value, fx.Node) and "tensor_meta" in value.meta:
+            return tuple(value.meta["tensor_meta"].shape)
+        if isinstance(value, str):
+            return tuple(self.model.get_parameter(value.removeprefix("self.")).shape)
+        return None
+
+    def chain(self, ops: list[Op], chain: common.Chain, names: dict[fx.Node, str]) -> common.Chain | None:
+        """``ops`` as Triton statements appended to ``chain``; None if one is not elementwise
+        or takes an operand from outside (a value computed by something else)."""
+        for k, op in enumerate(ops):
+            if op.kind not in ELEMENTWISE:
+                return None
+            operands = []
+            for a in op.args:
+                if isinstance(a, fx.Node) and a in names:
+                    operands.append(names[a])
+                elif (expr := self.leaf(a)) is not None:
+                    if expr not in chain.tensors:
+                        chain.tensors.append(expr)
+                    operands.append(f"t{chain.tensors.index(expr)}")
+                elif (expr := self.scalar(a)) is not None:
+                    chain.scalars.append(expr)
+                    operands.append(f"s{len(chain.scalars) - 1}")
+                else:
+                    return None
+            template = common.UNARY.get(op.kind) or common.BINARY[op.kind]
+            chain.lines.append(f"v{k} = {template.format(*operands)}")
+            names[op.node] = f"v{k}"
+            chain.result = f"v{k}"
+        return chain
+
+
+def _inner_of(shape: tuple[int, ...] | None, end: int) -> bool:
+    return bool(shape) and torch.Size(shape[end:]).numel() > 1
+
+
+def match_rowwise(g: Graph, init: list[Any]) -> tuple[str, str] | None:
+    if len(g.ops) != 1 or g.out is not g.ops[0].node:
+        return None
+    op = g.ops[0]
+    arg = g.leaf(op.args[0])
+    shape = g.shape(op.args[0])
+    if arg is None or shape is None:
+        return None
+    if op.kind in ("softmax", "log_softmax") and op.attrs["dim"] is not None:
+        dim = op.attrs["dim"] % len(shape)
+        spec = rowwise.Rowwise(op.kind, arg, f"{op.attrs['dim']} % x.dim()",
+                               f"{op.attrs['dim']} % x.dim() + 1", inner=_inner_of(shape, dim + 1))
+    elif op.kind in ("layer_norm", "rms_norm"):
+        weight, bias = op.attrs.get("weight"), op.attrs.get("bias")
+        eps = op.attrs["eps"]
+        eps_expr = eps if isinstance(eps, str) else g.scalar(eps)
+        spec = rowwise.Rowwise(op.kind, arg, f"x.dim() - {op.attrs['ndim']}", "x.dim()",
+                               eps=eps_expr, weight=g.leaf(weight) if weight is not None else None,
+                               bias=g.leaf(bias) if bias is not None else None)
+        if (weight is not None and spec.weight is None) or (bias is not None and spec.bias is None):
+            return None
+    else:
+        return None
+    return rowwise.render(spec, g.signature, *init)
+
+
+def match_rms_written(g: Graph, init: list[Any]) -> tuple[str, str] | None:
+    """RMSNorm as common code writes it (``x * rsqrt(mean(x², d, keepdim) + eps) * w`` and its
+    variants), recognised by its parts and confirmed by evaluating the graph against the
+    formula on a random input."""
+    means = [op for op in g.ops if op.kind == "mean" and op.attrs["keepdim"]]
+    kinds = {op.kind for op in g.ops}
+    if len(means) != 1 or not kinds <= {"square", "mul", "mean", "add", "rsqrt", "sqrt", "div"}:
+        return None
+    x = list(g.inputs)
+    adds = [op for op in g.ops if op.kind == "add" and any(g.scalar(a) for a in op.args)]
+    weights = {a for op in g.ops for a in op.args if isinstance(a, fx.Node) and a.op == "get_attr"}
+    shape = g.shape(x[0]) if len(x) == 1 else None
+    dim = means[0].attrs["dim"]
+    if shape is None or dim is None or len(adds) != 1 or len(weights) > 1:
+        return None
+    eps = next(a for a in adds[0].args if g.scalar(a))
+    weight = g.leaf(next(iter(weights))) if weights else None
+    dim %= len(shape)
+    if not _confirm_rms(g, shape, dim, float(eps), weight):
+        return None
+    spec = rowwise.Rowwise("rms_norm", str(x[0].target), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
+                           eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1))
+    return rowwise.render(spec, g.signature, *init)
+
+
+def _confirm_rms(g: Graph, shape: tuple[int, ...], dim: int, eps: float, weight: str | None) -> bool:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        model = g.gm.double()
+        if weight is not None:
+            w = model.get_parameter(weight.removeprefix("self."))
+            w.copy_(torch.rand(w.shape, generator=gen, dtype=torch.float64) + 0.5)
+        got = model(x)
+        want = x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + eps)
+        if weight is not None:
+            want = want * w.reshape([shape[dim] if i == dim else 1 for i in range(len(shape))])
+    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-9, atol=1e-12))
+
+
+def match_reduction(g: Graph, init: list[Any]) -> tuple[str, str] | None:
+    """sum/mean/amax over one dim, or ``torch.max(x, dim)[0]`` (values only)."""
+    if not g.ops or g.ops[0].kind not in REDUCTIONS or g.ops[0].attrs["dim"] is None:
+        return None
+    op = g.ops[0]
+    if op.node.target in (torch.max, "max"):        # returns (values, indices)
+        values = (len(g.ops) == 2 and g.ops[1].kind == "getitem"
+                                     and g.ops[1].args == (op.node, 0) and g.out is g.ops[1].node)
+        if len(g.ops) != 2 or not values:
+            return None
+    elif len(g.ops) != 1 or g.out is not op.node:
+        return None
+    arg, shape = g.leaf(op.args[0]), g.shape(op.args[0])
+    if arg is None or shape is None:
+        return None
+    dim = op.attrs["dim"] % len(shape)
+    spec = reduce.Reduction(op.kind, arg, op.attrs["dim"], op.attrs["keepdim"], _inner_of(shape, dim + 1))
+    return reduce.render(spec, g.signature, *init)
+
+
+def match_elementwise(g: Graph, init: list[Any]) -> tuple[str, str] | None:
+    if not g.ops or g.out is not g.ops[-1].node:
+        return None
+    chain = g.chain(g.ops, common.Chain(), {})
+    if chain is None or not chain.tensors:
+        return None
+    first = next((t for t in chain.tensors if not t.startswith("self.")), chain.tensors[0])
+    return elementwise.render(chain, [op.kind for op in g.ops], g.signature, first, *init)
+
+
+def match_matmul(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
+    if not g.ops or g.ops[0].kind not in ("matmul", "linear"):
+        return None
+    op, rest = g.ops[0], g.ops[1:]
+    if g.out is not (rest[-1].node if rest else op.node) or g.shape(g.out) != g.shape(op.node):
+        return None
+    a = g.leaf(op.args[0])
+    a_shape = g.shape(op.args[0])
+    chain = common.Chain(result="acc")
+    if op.kind == "linear":
+        b, transposed = g.leaf(op.attrs["weight"]), True
+        if op.attrs["bias"] is not None:
+            bias = g.leaf(op.attrs["bias"])
+            if bias is None:
+                return None
+            chain.tensors.append(bias)
+            chain.lines.append("acc = acc + t0")
+    else:
+        b, transposed = g.leaf(op.args[1]), False
+    b_shape = g.shape(op.attrs["weight"] if op.kind == "linear" else op.args[1])
+    if a is None or b is None or not a_shape or len(a_shape) < 2 or not b_shape or len(b_shape) != 2:
+        return None
+    if g.chain(rest, chain, {op.node: "acc"}) is None:
+        return None
+    what = " + ".join([op.kind, *(["bias"] if op.attrs.get("bias") is not None else []),
+                       *(o.kind for o in rest)])
+    return matmul.render(matmul.Matmul(a, b, transposed, chain, precision), g.signature, *init, what)
+
+
+def match_mlp(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
+    kinds = sorted(op.kind for op in g.ops)
+    if kinds != ["linear", "linear", "linear", "mul", "silu"]:
+        return None
+    if any(op.attrs.get("bias") is not None for op in g.ops if op.kind == "linear"):
+        return None
+    by_node = {op.node: op for op in g.ops}
+    down = by_node.get(g.out)
+    mul = by_node.get(down.args[0]) if down is not None and down.kind == "linear" else None
+    if mul is None or mul.kind != "mul":
+        return None
+    first, second = (by_node.get(a) for a in mul.args)
+    if first is None or second is None:
+        return None
+    silu, up = (first, second) if first.kind == "silu" else (second, first)
+    gate = by_node.get(silu.args[0]) if silu.kind == "silu" else None
+    if gate is None or gate.kind != "linear" or up.kind != "linear" or gate.args[0] is not up.args[0]:
+        return None
+    names = [g.leaf(gate.args[0]), *(g.leaf(o.attrs["weight"]) for o in (gate, up, down))]
+    if any(n is None for n in names):
+        return None
+    return matmul.render_mlp(matmul.GatedMLP(*names, precision), g.signature, *init)
+
+
+def trace(source: str) -> Graph | None:
+    """The reference's fx graph with traced shapes; None when it cannot be traced (dynamic
+    control flow, a reference that fails to build): then no template applies."""
+    try:
+        _, model, inputs = load_reference(source)
+        gm = fx.symbolic_trace(model)
+        with torch.no_grad():
+            ShapeProp(gm).propagate(*inputs)
+    except Exception:   # the reference is arbitrary user code; any failure means "no match"
+        return None
+    return Graph(gm, model)
+
+
+def _precision(sidecar: str | None) -> str:
+    """TF32 dots only where the problem's sidecar allows them (the gate's oracle does too)."""
+    try:
+        allowed = bool(tomllib.loads(sidecar or "").get("tf32", False))
+    except tomllib.TOMLDecodeError:
+        allowed = False
+    return "tf32" if allowed else "ieee"
+
+
+def instantiate(reference_source: str, sidecar: str | None = None) -> tuple[str, str] | None:
+    """(candidate source, edit line) for the first template the reference matches, or None."""
+    parts = common.reference_parts(reference_source)
+    g = trace(reference_source)
+    if parts is None or g is None or not g.known:
+        return None
+    precision = _precision(sidecar)
+    init = list(parts)
+    for attempt in (lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
+                    lambda: match_rowwise(g, init),
+                    lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
+                    lambda: match_elementwise(g, init)):
+        found = attempt()
+        if found is not None:
+            return found
+    return None
+
+
+class TemplateProposer:
+    """One fused template candidate per job, from scratch (no parent)."""
+
+    name = "template"
+
+    def propose(self, ctx: JobContext) -> Proposal | None:
+        if any(c.proposer == self.name for c in ctx.history):
+            return None
+        found = instantiate(ctx.reference_source, ctx.sidecar)
+        if found is None:
+            return None
+        source, edit = found
+        return Proposal(source=source, edit=edit, parent_id=None, params=params_of(source))

@@ -1,0 +1,163 @@
+"""Matmul with a fused epilogue, and the gated MLP as two kernels.
+
+A tiled ``tl.dot`` kernel with grouped tile order; the epilogue (bias, activation, residual,
+scaling — any elementwise chain on the product) runs on the fp32 accumulator before the only
+store, where eager writes the product and reads it back once per op. fp32 inputs use IEEE dots
+unless the problem allows TF32, because the gate holds a port to the reference's precision.
+
+The gated MLP ``(silu(x W1ᵀ) * (x W3ᵀ)) W2ᵀ`` computes both up-projections in the same K loop
+(one read of each ``x`` tile for two products) with the silu-mul in the epilogue, then the
+down-projection with the plain kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelabd.propose.templates import common
+
+TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
+               "GROUP_M": [1, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4]}
+TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+              "num_stages": 3}
+
+TILE_ORDER = """\
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * grid_n)
+    first_m = group * GROUP_M
+    size_m = min(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % size_m)
+    pid_n = (pid % (GROUP_M * grid_n)) // size_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    cmask = (rm[:, None] < M) & (rn[None, :] < N)
+"""
+CONSTEXPRS = "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr"
+LAUNCH = ("BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, "
+          "num_warps=num_warps, num_stages=num_stages")
+
+
+@dataclass
+class Matmul:
+    """``a @ b`` (``b`` given as ``(K, N)``, or ``(N, K)`` when ``transposed``) plus epilogue."""
+
+    a: str
+    b: str
+    transposed: bool
+    epilogue: common.Chain      # ``acc`` is the product; ``result`` what is stored
+    precision: str              # "ieee" or "tf32"
+
+
+def _b_load(ptr: str, sk: str, sn: str) -> str:
+    return (f"tl.load({ptr} + kk[:, None] * {sk} + rn[None, :] * {sn}, "
+            f"mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)")
+
+
+def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
+    loads = "".join(f"    {line}\n" for line in epilogue.loads("rm[:, None] * N + rn[None, :]", "cmask"))
+    lines = "".join(f"    {line}\n" for line in epilogue.lines)
+    return f'''
+
+@triton.jit
+def {name}(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args()},
+{" " * (len(name) + 5)}{CONSTEXPRS}):
+{TILE_ORDER}    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + rk
+        a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = {_b_load("b_ptr", "sbk", "sbn")}
+        acc += tl.dot(a, b, input_precision="{precision}")
+{loads}{lines}    tl.store(c_ptr + rm[:, None] * N + rn[None, :], {epilogue.result or "acc"}, mask=cmask)
+'''
+
+
+def gate_up_kernel(precision: str) -> str:
+    return f'''
+
+@triton.jit
+def gate_up_kernel(a_ptr, w1_ptr, w3_ptr, h_ptr, M, N, K, sam, sak, s1k, s1n, s3k, s3n,
+                   {CONSTEXPRS}):
+{TILE_ORDER}    acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + rk
+        a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        acc1 += tl.dot(a, {_b_load("w1_ptr", "s1k", "s1n")}, input_precision="{precision}")
+        acc3 += tl.dot(a, {_b_load("w3_ptr", "s3k", "s3n")}, input_precision="{precision}")
+    h = acc1 / (1.0 + tl.exp(-acc1)) * acc3
+    tl.store(h_ptr + rm[:, None] * N + rn[None, :], h, mask=cmask)
+'''
+
+
+def _strides(b: str, transposed: bool) -> str:
+    return f"{b}.stride(1), {b}.stride(0)" if transposed else f"{b}.stride(0), {b}.stride(1)"
+
+
+def forward(op: Matmul, signature: str) -> str:
+    n = f"{op.b}.shape[0]" if op.transposed else f"{op.b}.shape[1]"
+    return f'''
+def forward(self, {signature}):
+    a = {op.a}.reshape(-1, {op.a}.shape[-1])
+    M, K = a.shape
+    N = {n}
+    shape = torch.Size((*{op.a}.shape[:-1], N))
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    matmul_kernel[grid](a, {op.b}, c, M, N, K, a.stride(0), a.stride(1),
+                        {_strides(op.b, op.transposed)}{op.epilogue.call_args("shape")},
+                        {LAUNCH})
+    return c.reshape(shape)
+'''
+
+
+def render(op: Matmul, signature: str, imports: list[str], init: str, what: str) -> tuple[str, str]:
+    helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
+    source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
+                            f"store; {op.precision} dots.", imports)
+              + common.tunables(TUNE_VALUES, TUNE_START) + helper
+              + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
+              + common.model_class(init, forward(op, signature)))
+    return source, f"template: matmul ({what}) with fused epilogue"
+
+
+@dataclass
+class GatedMLP:
+    x: str
+    w1: str            # (H, D) like nn.Linear weights
+    w3: str
+    w2: str            # (D, H)
+    precision: str
+
+
+def mlp_forward(op: GatedMLP, signature: str) -> str:
+    return f'''
+def forward(self, {signature}):
+    a = {op.x}.reshape(-1, {op.x}.shape[-1])
+    M, K = a.shape
+    H = {op.w1}.shape[0]
+    h = torch.empty((M, H), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(H, BLOCK_N),)
+    gate_up_kernel[grid](a, {op.w1}, {op.w3}, h, M, H, K, a.stride(0), a.stride(1),
+                         {_strides(op.w1, True)}, {_strides(op.w3, True)}, {LAUNCH})
+    N = {op.w2}.shape[0]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    matmul_kernel[grid](h, {op.w2}, c, M, N, H, h.stride(0), h.stride(1), {_strides(op.w2, True)},
+                        {LAUNCH})
+    return c.reshape(*{op.x}.shape[:-1], N)
+'''
+
+
+def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> tuple[str, str]:
+    source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
+                            f"silu-mul epilogue, then the down projection; {op.precision} dots.",
+                            imports)
+              + common.tunables(TUNE_VALUES, TUNE_START) + gate_up_kernel(op.precision)
+              + matmul_kernel("matmul_kernel", common.Chain(), op.precision)
+              + common.model_class(init, mlp_forward(op, signature)))
+    return source, "template: gated MLP (fused gate/up + silu-mul, then down)"
