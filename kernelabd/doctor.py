@@ -329,6 +329,15 @@ def _repair_hint(home: Home) -> str:
             f"daemon again: it creates a fresh database and requeues the inbox")
 
 
+def _rows(home: Home, sql: str) -> list[sqlite3.Row]:
+    """One read-only query, the connection closed at once (the daemon keeps writing)."""
+    conn = _open_readonly(home)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
 def check_daemon(home: Home, now: float | None = None) -> Check:
     """Is a daemon alive on this home? Read from its heartbeat row (``daemon`` id 1)."""
     hint = ("sudo systemctl start kernelabd (journalctl -u kernelabd -e says why it stopped), "
@@ -336,11 +345,7 @@ def check_daemon(home: Home, now: float | None = None) -> Check:
     if not home.db.exists():
         return Check("daemon", WARN, "no daemon has run with this home yet (no database)", hint)
     try:
-        conn = _open_readonly(home)
-        try:
-            row = conn.execute("SELECT * FROM daemon WHERE id = 1").fetchone()
-        finally:
-            conn.close()
+        row = next(iter(_rows(home, "SELECT * FROM daemon WHERE id = 1")), None)
     except (StoreError, sqlite3.Error) as exc:
         return Check("daemon", WARN, f"cannot read the heartbeat: {exc}", hint)
     if row is None or row["heartbeat_at"] is None:
@@ -375,11 +380,7 @@ def check_ceilings(home: Home) -> Check:
     if not home.db.exists():
         return Check("ceilings", WARN, "not measured yet (no database)", hint)
     try:
-        conn = _open_readonly(home)
-        try:
-            rows = conn.execute("SELECT id, ceilings FROM devices ORDER BY id").fetchall()
-        finally:
-            conn.close()
+        rows = _rows(home, "SELECT id, ceilings FROM devices ORDER BY id")
     except (StoreError, sqlite3.Error) as exc:
         return Check("ceilings", WARN, f"cannot read devices: {exc}", hint)
     measured = []

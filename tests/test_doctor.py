@@ -27,19 +27,9 @@ from kernelabd.doctor import (
 )
 from store.db import SCHEMA_VERSION, connect
 from store.home import Home
+from tests.gpu import nvml_works
 
 KERNELAB = str(Path(sys.executable).parent / "kernelab")
-
-
-def nvml_works() -> bool:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
 
 
 def doctor(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

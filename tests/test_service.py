@@ -25,6 +25,7 @@ from kernelabd.commands.service import (
 )
 from kernelabd.config import Config, parse
 from kernelabd.security import check_inbox_permissions
+from tests.gpu import nvml_works
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMD = ROOT / "systemd"
@@ -211,17 +212,6 @@ def test_release_clocks_refuses_a_broken_config(tmp_path: Path) -> None:
     proc = run_cli("service", "release-clocks", "--home", str(tmp_path), env=dict(os.environ))
     assert proc.returncode == 1
     assert "lock_clocks must be" in proc.stderr
-
-
-def nvml_works() -> bool:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
 
 
 @pytest.mark.skipif(nvml_works(), reason="would reset real GPU clocks")
