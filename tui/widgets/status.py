@@ -29,7 +29,8 @@ def status_text(overview: Overview | None, error: str | None, now: float,
         counts = Counter(j.state for j in overview.jobs)
         queue = [f"{counts[s]} {s}" for s in ("running", "queued", "paused", "failed")
                  if counts[s]]
-        parts.append(" · ".join(queue) or "no jobs")
+        idle = f"idle, {len(overview.jobs)} ended" if overview.jobs else "no jobs"
+        parts.append(" · ".join(queue) or idle)
     return " │ ".join(parts)
 
 
