@@ -14,7 +14,13 @@ from textual.pilot import Pilot
 
 
 async def _loaded(pilot: Pilot[None]) -> None:
-    await settle(pilot)
+    """Until the screen's job series (chart, candidates) has loaded: it is fetched after the
+    queue, so the workers can look idle for a moment in between."""
+    for _ in range(100):
+        await settle(pilot)
+        if getattr(pilot.app.screen, "series", None) is not None:
+            return
+    raise AssertionError("the screen's job series never loaded")
 
 
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)])
@@ -43,9 +49,9 @@ def test_dashboard_no_color(snap_compare, db_path: Path, monkeypatch: pytest.Mon
 @pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5"])
 def test_job_detail(snap_compare, db_path: Path, tab: str) -> None:
     async def open_detail(pilot: Pilot[None]) -> None:
-        await settle(pilot)
+        await _loaded(pilot)
         await pilot.press("j", "enter")
-        await settle(pilot)
+        await _loaded(pilot)
         await pilot.press(tab)
         await settle(pilot)
 
@@ -54,7 +60,7 @@ def test_job_detail(snap_compare, db_path: Path, tab: str) -> None:
 
 def test_help(snap_compare, db_path: Path) -> None:
     async def open_help(pilot: Pilot[None]) -> None:
-        await settle(pilot)
+        await _loaded(pilot)
         await pilot.press("question_mark")
         await settle(pilot)
 
@@ -63,7 +69,7 @@ def test_help(snap_compare, db_path: Path) -> None:
 
 def test_cancel_confirmation(snap_compare, db_path: Path) -> None:
     async def ask(pilot: Pilot[None]) -> None:
-        await settle(pilot)
+        await _loaded(pilot)
         await pilot.press("c")
         await settle(pilot)
 
