@@ -124,18 +124,17 @@ class Check:
             self.stages[name] = round(time.monotonic() - t0, 3)
 
     # ----- reference --------------------------------------------------------------------
-    def validate_reference(self, problem: Problem, ref: RefData, n_gate: int) -> list[int]:
+    def validate_reference(self, problem: Problem, ref: RefData, plan: list[dict[str, Any]]) -> list[int]:
         """Indices of usable gate sets; a variant on which even the reference breaks is dropped."""
         usable = []
-        for i in range(n_gate):
+        for i in range(len(plan)):
             if ref.sets[i]["calib"]["finite"]:
                 usable.append(i)
             elif i == 0:
                 raise Rejected(CheckResult.invalid(
                     "bad_reference", f"{problem.path}: reference output has NaN/Inf on its own "
                     "inputs", self.device))
-        base = [i for i in usable if i < n_gate and self._set_meta[i]["variant"] == "base"
-                and self._set_meta[i]["shape"] == 0]
+        base = [i for i in usable if plan[i]["variant"] == "base" and plan[i]["shape"] == 0]
         why = gate.check_reference([ref.oracle[i] for i in range(len(ref.oracle))], base)
         if why:
             raise Rejected(CheckResult.invalid("bad_reference", f"{problem.path}: {why}", self.device))
@@ -294,10 +293,9 @@ class Check:
             cand_box = stack.enter_context(Sandbox(self.spec("candidate")))
             with self.stage("reference", "running the reference and the float64 oracle"):
                 shapes, sets, timing = plan_sets(self._problem, self.device)
-                self._set_meta = sets
                 ref = self.load_reference_planned(ref_box, shapes, sets, timing)
                 n_gate = len(sets)
-                usable = self.validate_reference(self._problem, ref, n_gate)
+                usable = self.validate_reference(self._problem, ref, sets)
             with self.stage("gate", "gating the candidate"):
                 max_err, tol = self.gate_candidate(cand_box, ref, n_gate, usable)
             result = CheckResult(verdict="pass", max_rel_error=max_err, tolerance=tol,

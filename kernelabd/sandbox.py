@@ -168,10 +168,6 @@ class Sandbox:
         dest.chmod(0o444)
         return str(dest)
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
     def _failure(self, kind: str, what: str) -> SandboxError:
         """Describe how the process ended, from its exit status and the tail of its stderr."""
         tail = self.stderr_tail()

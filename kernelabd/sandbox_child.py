@@ -198,8 +198,7 @@ def sync(device: str) -> None:
 class Harness:
     """State of one sandbox: the model(s) under evaluation and their inputs."""
 
-    def __init__(self, sock: Any) -> None:
-        self.sock = sock
+    def __init__(self) -> None:
         self.device = "cpu"
         self.models: list[torch.nn.Module] = []
         self.timing_inputs: list[list[Any]] = []
@@ -651,7 +650,7 @@ def error_reply(exc: BaseException, where: str) -> dict[str, Any]:
 
 
 def serve(sock: Any) -> None:
-    harness = Harness(sock)
+    harness = Harness()
     handlers = {
         "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
         "graphs": harness.use_graphs, "oracle_fingerprints": harness.oracle_fingerprints,

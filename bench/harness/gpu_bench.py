@@ -43,7 +43,6 @@ def pair_of_boxes(reference: Path, a: Path, b: Path, config: Config, stack: Exit
     check._problem = load_problem(reference)
     check.deadline = time.monotonic() + 3600
     shapes, sets, timing = plan_sets(check._problem, device)
-    check._set_meta = sets
     ref_box = stack.enter_context(Sandbox(check.spec("reference")))
     ref = check.load_reference_planned(ref_box, shapes, sets, timing)
     box_a = check.start_baseline(stack, ref, len(sets))
