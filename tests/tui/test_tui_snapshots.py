@@ -6,21 +6,33 @@ the SVGs in the diff.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from conftest import make_app, settle
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 
 async def _loaded(pilot: Pilot[None]) -> None:
     """Until the screen's job series (chart, candidates) has loaded: it is fetched after the
     queue, so the workers can look idle for a moment in between."""
-    for _ in range(100):
+    deadline = time.monotonic() + 30
+    while getattr(pilot.app.screen, "series", None) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError("the screen's job series did not load within 30 s")
         await settle(pilot)
-        if getattr(pilot.app.screen, "series", None) is not None:
-            return
-    raise AssertionError("the screen's job series never loaded")
+        await pilot.pause(0.05)
+    settled = time.monotonic() + 3
+    while _tables_pending(pilot) and time.monotonic() < settled:
+        await pilot.pause(0.05)
+
+
+def _tables_pending(pilot: Pilot[None]) -> bool:
+    """A DataTable sizes its columns to new rows on its next idle event; on a loaded machine
+    a snapshot can come first (columns as wide as their labels only)."""
+    return any(getattr(t, "_require_update_dimensions", False) for t in pilot.app.screen.query(DataTable))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)])
@@ -37,6 +49,7 @@ def test_dashboard_softmax_selected(snap_compare, db_path: Path) -> None:
             series = pilot.app.screen.series    # type: ignore[attr-defined]
             if series is not None and series.job.id == 1:
                 break
+        await _loaded(pilot)
 
     assert snap_compare(make_app(db_path), terminal_size=(120, 36), run_before=select)
 

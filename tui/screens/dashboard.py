@@ -80,7 +80,13 @@ class Dashboard(JobControls):
             self.overview, series = result
             await self.query_one(DevicesPanel).show(self.overview.devices)
             self._show_jobs()
-            self._show_series(series)
+            if series is None and self.query_one(JobTable).selected_job_id is not None:
+                # The table had no rows when this load started (first load): fetch the chart
+                # of the row the cursor now sits on, without waiting for a highlight event
+                # that an unchanged cursor position may never send.
+                self._load_selected()
+            else:
+                self._show_series(series)
         self.refresh_status()
 
     def refresh_status(self) -> None:
