@@ -46,6 +46,12 @@ def _nbytes(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def main_dtype(tensors: list[torch.Tensor]) -> str | None:
+    """The dtype of the largest floating input: it decides which matrix rate bounds the job."""
+    floating = [t for t in tensors if t.is_floating_point()]
+    return str(max(floating, key=lambda t: t.numel()).dtype) if floating else None
+
+
 def _launches(model: torch.nn.Module, inputs: list[Any]) -> list[dict[str, Any]]:
     """CUDA kernels one eager forward launches, by name: count and total device time."""
     from torch.profiler import ProfilerActivity, profile
@@ -80,5 +86,6 @@ def capture_reference(reference_path: str | Path, device: str) -> dict[str, Any]
     on_cuda = device.startswith("cuda")
     return {"device": device, "sizes": constants, "flops": int(counter.get_total_flops()),
             "min_bytes": sum(sizes.values()), "bytes": sizes,
+            "dtype": main_dtype(_tensors(inputs)),
             "launches": _launches(model, inputs) if on_cuda else [],
             "note": None if on_cuda else CPU_NOTE}

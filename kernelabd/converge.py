@@ -45,6 +45,8 @@ class Recorder(Protocol):
     def add_active_time(self, job_id: int, seconds: float) -> None: ...
     def event(self, kind: str, message: str, level: str = "info",
               job_id: int | None = None) -> None: ...
+    def device_ceilings(self, job_id: int) -> dict[str, Any] | None: ...
+    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool: ...
 
 
 class ReferenceInvalid(Exception):
@@ -270,17 +272,52 @@ class Loop:
             self.evaluate(self.record(proposal, name))
 
     def capture(self) -> None:
-        """FLOPs, bytes moved and launch records of the reference, once per job."""
+        """FLOPs, bytes moved and launch records of the reference, and the speed-of-light
+        floor they give on this device, once per job."""
         if self.job.get("capture"):
             return
         from kernelabd.capture import capture_reference
 
+        self.progress("capturing the reference")
         try:
             data = capture_reference(self.reference, self.device)
         except Exception as exc:  # the reference's own failure is the gate's to report
             data = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-        self.rec.update_job(self.job_id, {"capture": data})
+        fields: dict[str, Any] = {"capture": data}
+        sol = self.speed_of_light(data) if "error" not in data else None
+        if sol is not None:
+            data["sol"] = sol
+            fields["sol_ms"] = sol["ms"]
+            self.job["sol_ms"] = sol["ms"]
+        self.rec.update_job(self.job_id, fields)
         self.job["capture"] = data
+
+    def speed_of_light(self, capture: dict[str, Any]) -> dict[str, Any] | None:
+        """The job's floor from this device's ceilings, measuring them the first time."""
+        from kernelabd.ceilings import describe, floor_ms, measure
+
+        ceilings = self.rec.device_ceilings(self.job_id)
+        if ceilings is None:
+            self.progress("measuring this device's ceilings (once per device)")
+            try:
+                ceilings = measure(self.device)
+            except Exception as exc:  # out of memory on a busy GPU: no floor, not a failure
+                self.rec.event("ceilings.failed", f"{type(exc).__name__}: {exc}".splitlines()[0],
+                               level="warning", job_id=self.job_id)
+                return None
+            kept = self.rec.set_device_ceilings(self.job_id, ceilings)
+            self.rec.event("ceilings.measured", describe(ceilings)
+                           + ("" if kept else " (no device row: kept with this job only)"),
+                           job_id=self.job_id)
+        return floor_ms(capture, ceilings, tf32=self._tf32())
+
+    def _tf32(self) -> bool:
+        import tomllib
+
+        try:
+            return bool(tomllib.loads(self.job.get("sidecar") or "").get("tf32", False))
+        except tomllib.TOMLDecodeError:
+            return False
 
     def check_reference(self) -> None:
         """Static checks in trusted code, before any sandbox is started."""

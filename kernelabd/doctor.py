@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelabd.ceilings import describe
 from kernelabd.config import Config, ConfigError, load
 from kernelabd.jobs_api import pid_alive
 from kernelabd.security import inbox_problem
@@ -364,19 +365,10 @@ def check_daemon(home: Home, now: float | None = None) -> Check:
     return Check("daemon", OK, f"{who}, {status or 'running'}, heartbeat {age:.0f} s ago")
 
 
-def _format_ceilings(values: Any) -> str:
-    if not isinstance(values, dict):
-        return str(values)
-    parts = []
-    for key, value in values.items():
-        parts.append(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}")
-    return ", ".join(parts)
-
-
 def check_ceilings(home: Home) -> Check:
     """The measured speed-of-light ceilings (copy bandwidth, matrix rate) per device."""
-    hint = ("this version does not measure them yet (issue 4, capture): nothing to do; jobs "
-            "then stop on patience, candidates or time, not on speed of light")
+    hint = ("they are measured on a device's first job (a few seconds of copies and matrix "
+            "products); until then no job there has a speed-of-light floor")
     if not home.db.exists():
         return Check("ceilings", WARN, "not measured yet (no database)", hint)
     try:
@@ -387,12 +379,11 @@ def check_ceilings(home: Home) -> Check:
     for row in rows:
         if row["ceilings"]:
             try:
-                measured.append(f"{row['id']}: {_format_ceilings(json.loads(row['ceilings']))}")
-            except json.JSONDecodeError:
+                measured.append(f"{row['id']}: {describe(json.loads(row['ceilings']))}")
+            except (json.JSONDecodeError, TypeError, ValueError, AttributeError):
                 return Check("ceilings", WARN, f"{row['id']}: unreadable ceilings JSON", hint)
     if not measured:
-        return Check("ceilings", WARN, "not measured yet: no speed-of-light floor, so tune jobs "
-                     "stop on patience or budget only", hint)
+        return Check("ceilings", WARN, "not measured yet: no job has run on a device here", hint)
     return Check("ceilings", OK, "; ".join(measured))
 
 

@@ -147,6 +147,18 @@ class LocalRecorder:
     def add_active_time(self, job_id: int, seconds: float) -> None:
         self.store.add_active_time(job_id, seconds)
 
+    def device_ceilings(self, job_id: int) -> dict[str, Any] | None:
+        """The ceilings of the device the job runs on, if measured before."""
+        job = self.store.job(job_id)
+        return self.store.device_ceilings(job["device"]) if job and job["device"] else None
+
+    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool:
+        """Keep freshly measured ceilings with the job's device, for every later job there."""
+        job = self.store.job(job_id)
+        if not job or not job["device"]:
+            return False
+        return self.store.set_device_ceilings(job["device"], ceilings)
+
     def event(self, kind: str, message: str, level: str = "info",
               job_id: int | None = None) -> None:
         self.store.event(kind, message, level=level, job_id=job_id)
@@ -164,7 +176,8 @@ class LocalRecorder:
 
 # The calls a worker may make on the daemon's recorder (nothing else crosses the pipe).
 RPC_METHODS = frozenset({"load", "add_candidate", "start_candidate", "finish_candidate",
-                         "update_job", "add_active_time", "event", "end_job"})
+                         "update_job", "add_active_time", "event", "end_job",
+                         "device_ceilings", "set_device_ceilings"})
 
 
 def home_option(func: Any) -> Any:

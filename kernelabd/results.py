@@ -56,13 +56,17 @@ def build_report(job: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[
         if c["verdict"] in ("fail", "error"):
             rules[c["rule"] or c["verdict"]] = rules.get(c["rule"] or c["verdict"], 0) + 1
     speedups = [s["speedup"] for s in steps]
+    sol_ms = job.get("sol_ms")
     return {
         "job": job["id"], "problem": f"{job['problem_name']}.py", "revision": job["revision"],
         "kind": job["kind"], "state": job["state"], "stop_reason": job["stop_reason"],
         "error": job["error"], "device": job["device"],
         "reference_ms": job["reference_ms"], "reference_noise": job["reference_noise"],
+        "speed_of_light": _speed_of_light(job),
         "best": None if best is None else {
             "candidate": best["id"], "ms": best["candidate_ms"],
+            "fraction_of_speed_of_light": (sol_ms / best["candidate_ms"]
+                                           if sol_ms and best["candidate_ms"] else None),
             "speedup_vs_reference": _product(speedups),
             # Each step's CI was measured against the step before; their product bounds the
             # total conservatively rather than being a CI of its own.
@@ -80,6 +84,18 @@ def build_report(job: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[
     }
 
 
+def _speed_of_light(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's floor and what bounds it, from its capture (None before ceilings exist)."""
+    capture = job.get("capture")
+    if isinstance(capture, str):
+        capture = json.loads(capture)
+    floor = (capture or {}).get("sol")
+    if not job.get("sol_ms") or not isinstance(floor, dict):
+        return None
+    return {"ms": job["sol_ms"], "bound": floor.get("bound"), "memory_ms": floor.get("memory_ms"),
+            "compute_ms": floor.get("compute_ms")}
+
+
 def _fmt(value: Any, spec: str = ".4g") -> str:
     return "—" if value is None else format(value, spec)
 
@@ -92,6 +108,12 @@ def render_markdown(report: dict[str, Any]) -> str:
              f"- Device: {report['device'] or '—'}",
              f"- Reference: {_fmt(report['reference_ms'])} ms "
              f"(A/A noise {_fmt(report['reference_noise'], '.2%')})"]
+    sol = report["speed_of_light"]
+    if sol:
+        reached = best and best["fraction_of_speed_of_light"]
+        lines.append(f"- Speed of light: {_fmt(sol['ms'])} ms ({sol['bound']}-bound, from this "
+                     "device's measured ceilings)"
+                     + (f"; the best reaches {_fmt(reached, '.0%')} of it" if reached else ""))
     if report["error"]:
         lines.append(f"- Error: {report['error']}")
     if best is None:

@@ -65,6 +65,12 @@ class RpcRecorder:
               job_id: int | None = None) -> None:
         self._call("event", kind, message, level, job_id)
 
+    def device_ceilings(self, job_id: int) -> dict[str, Any] | None:
+        return self._call("device_ceilings", job_id)
+
+    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool:
+        return self._call("set_device_ceilings", job_id, ceilings)
+
     def end_job(self, job_id: int, state: str, stop_reason: str | None,
                 error: str | None) -> None:
         self._call("end_job", job_id, state, stop_reason, error)

@@ -259,6 +259,18 @@ class Store:
                 "updated_at = excluded.updated_at",
                 (device_id, name, uuid, memory_total_mb, time.time()))
 
+    def device_ceilings(self, device_id: str) -> dict[str, Any] | None:
+        """The measured ceilings of a registered device, or None (not measured, no such row)."""
+        row = self.conn.execute("SELECT ceilings FROM devices WHERE id = ?", (device_id,)).fetchone()
+        return json.loads(row["ceilings"]) if row and row["ceilings"] else None
+
+    def set_device_ceilings(self, device_id: str, ceilings: dict[str, Any]) -> bool:
+        """Store ceilings on a registered device; False when no such device row exists."""
+        with self.conn:
+            cur = self.conn.execute("UPDATE devices SET ceilings = ?, updated_at = ? WHERE id = ?",
+                                    (json.dumps(ceilings), time.time(), device_id))
+        return cur.rowcount > 0
+
     def add_gpu_samples(self, samples: list[dict[str, Any]]) -> None:
         cols = ("device_id", "ts", "util_pct", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
                 "power_w", "mem_used_mb", "mem_total_mb", "clock_reasons")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from kernelabd.check import run_check
 from kernelabd.config import load
 from kernelabd.converge import Limits, Loop, decide, stop_reason
@@ -100,6 +102,26 @@ def test_gate_failure_is_recorded_never_timed_and_fails_the_job(home, kit):
     assert captured["min_bytes"] == 2 * 16 * 1000 * 4, "the reference's input and output, fp32"
 
 
+def test_the_device_is_measured_once_and_each_job_gets_its_speed_of_light_floor(home, kit):
+    source = (kit.examples / "softmax.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source, start_source=WRONG))
+    store.upsert_device("cpu", "test cpu")
+    loop.run()
+    ceilings = store.device_ceilings("cpu")
+    assert ceilings["copy_gbps"] > 0 and ceilings["fp32_tflops"] > 0 and ceilings["device_name"]
+    job = store.job(loop.job_id)
+    floor = json.loads(job["capture"])["sol"]
+    assert floor["bound"] == "memory", "softmax does no matrix work"
+    assert job["sol_ms"] == floor["ms"] == floor["memory_ms"] > 0
+    assert floor["ms"] == pytest.approx(2 * 16 * 1000 * 4 / (ceilings["copy_gbps"] * 1e9) * 1e3)
+
+    again, _ = loop_for(home, NewProblem("softmax2", "y", source, start_source=WRONG))
+    again.run()
+    kinds = [r[0] for r in store.conn.execute("SELECT kind FROM events ORDER BY id")]
+    assert kinds.count("ceilings.measured") == 1, "a device is measured once, not per job"
+    assert store.job(again.job_id)["sol_ms"] == job["sol_ms"]
+
+
 def test_port_runs_one_job_in_the_foreground_and_prints_its_status(kit, tmp_path):
     for name in ("softmax.py", "softmax.toml", "softmax.new.py"):
         (tmp_path / name).write_text((kit.examples / name).read_text())
@@ -108,6 +130,10 @@ def test_port_runs_one_job_in_the_foreground_and_prints_its_status(kit, tmp_path
     job = json.loads(out.stdout)
     assert job["state"] == "done" and job["candidates"] == 2 and job["accepted"] >= 1
     assert Path(job["best_file"]).exists()
-    assert json.loads(Path(job["best_file"]).with_name("report.json").read_text())["job"] \
-        == job["id"]
+    report = json.loads(Path(job["best_file"]).with_name("report.json").read_text())
+    assert report["job"] == job["id"]
+    assert report["speed_of_light"]["bound"] == "memory" and report["speed_of_light"]["ms"] > 0
+    assert 0 < report["best"]["fraction_of_speed_of_light"] == pytest.approx(
+        report["speed_of_light"]["ms"] / report["best"]["ms"])
+    assert "Speed of light:" in Path(job["best_file"]).with_name("report.md").read_text()
     assert [j["id"] for j in kit.status()["jobs"]] == [job["id"]]

@@ -76,6 +76,7 @@ def test_submit_runs_to_done_with_a_best_file_while_a_malformed_file_is_invalid(
     assert "Lineage" in (kit.home.results / "softmax" / "report.md").read_text()
     status = kit.status()
     assert status["devices"][0]["id"] == "cpu" and set(status) == {"jobs", "devices"}
+    assert status["devices"][0]["ceilings"]["copy_gbps"] > 0, "measured on the first job"
     conn = db(kit)
     beat = conn.execute("SELECT heartbeat_at FROM daemon").fetchone()[0]
     assert time.time() - beat < 5, "the heartbeat is kept fresh"

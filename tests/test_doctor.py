@@ -219,12 +219,13 @@ def test_ceilings(home: Home) -> None:
     with conn:
         conn.execute("INSERT INTO devices (id, name, ceilings, updated_at) VALUES "
                      "('cuda:0', 'NVIDIA H200', ?, ?)",
-                     (json.dumps({"copy_gbps": 4012.3456, "matmul_tflops_bf16": 801.2}),
+                     (json.dumps({"device_name": "NVIDIA H200", "copy_gbps": 4012.3456,
+                                  "bf16_tflops": 801.2, "fp32_tflops": 51.04}),
                       time.time()))
     conn.close()
     check = check_ceilings(home)
     assert check.status == OK
-    assert check.detail == "cuda:0: copy_gbps 4012, matmul_tflops_bf16 801.2"
+    assert check.detail == "cuda:0: NVIDIA H200: copy 4012 GB/s; TFLOP/s bf16 801.2, fp32 51.04"
 
 
 @pytest.mark.gpu

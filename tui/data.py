@@ -260,6 +260,9 @@ class Reader:
                                      "with this home?)")
                 conn = self._ensure_open(signature[0])
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
+                # Our own first read creates the WAL file: take the signature after it, or
+                # the next poll reports that as a change and every screen reloads for nothing.
+                signature = self._file_signature() or signature
                 error = None
             except (sqlite3.Error, StoreError) as exc:
                 if self._conn is not None:

@@ -12,27 +12,39 @@ from pathlib import Path
 import pytest
 from conftest import make_app, settle
 from textual.pilot import Pilot
-from textual.widgets import DataTable
 
 
 async def _loaded(pilot: Pilot[None]) -> None:
-    """Until the screen's job series (chart, candidates) has loaded: it is fetched after the
-    queue, so the workers can look idle for a moment in between."""
+    """Until the screen's job series (chart, candidates) has loaded and the screen is steady.
+
+    The series is fetched after the queue, so the workers can look idle in between; and a
+    table sizes its columns on a later idle event, so a loaded machine could otherwise
+    photograph a half-laid-out screen."""
     deadline = time.monotonic() + 30
     while getattr(pilot.app.screen, "series", None) is None:
         if time.monotonic() > deadline:
             raise AssertionError("the screen's job series did not load within 30 s")
         await settle(pilot)
         await pilot.pause(0.05)
-    settled = time.monotonic() + 3
-    while _tables_pending(pilot) and time.monotonic() < settled:
-        await pilot.pause(0.05)
+    await steady(pilot)
 
 
-def _tables_pending(pilot: Pilot[None]) -> bool:
-    """A DataTable sizes its columns to new rows on its next idle event; on a loaded machine
-    a snapshot can come first (columns as wide as their labels only)."""
-    return any(getattr(t, "_require_update_dimensions", False) for t in pilot.app.screen.query(DataTable))
+async def steady(pilot: Pilot[None], timeout: float = 30.0) -> None:
+    """Until two screenshots a few poll periods apart are identical, workers idle between."""
+    app = pilot.app
+    gap = 3 * getattr(app, "poll_s", 0.25)
+    deadline = time.monotonic() + timeout
+    await settle(pilot)
+    before = app.export_screenshot()
+    while True:
+        await pilot.pause(gap)
+        await settle(pilot)
+        after = app.export_screenshot()
+        if after == before:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the screen kept changing for {timeout} s")
+        before = after
 
 
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)])
@@ -66,7 +78,7 @@ def test_job_detail(snap_compare, db_path: Path, tab: str) -> None:
         await pilot.press("j", "enter")
         await _loaded(pilot)
         await pilot.press(tab)
-        await settle(pilot)
+        await steady(pilot)
 
     assert snap_compare(make_app(db_path), terminal_size=(120, 36), run_before=open_detail)
 
@@ -75,7 +87,7 @@ def test_help(snap_compare, db_path: Path) -> None:
     async def open_help(pilot: Pilot[None]) -> None:
         await _loaded(pilot)
         await pilot.press("question_mark")
-        await settle(pilot)
+        await steady(pilot)
 
     assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=open_help)
 
@@ -84,6 +96,6 @@ def test_cancel_confirmation(snap_compare, db_path: Path) -> None:
     async def ask(pilot: Pilot[None]) -> None:
         await _loaded(pilot)
         await pilot.press("c")
-        await settle(pilot)
+        await steady(pilot)
 
     assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=ask)

@@ -211,6 +211,8 @@ class JobDetail(JobControls):
             ref = f"{job.reference_ms:.4g} ms ±{(job.reference_noise or 0):.1%}"
         best = f"{job.best_ms:.4g} ms (×{job.speedup:.2f})" if job.speedup and job.best_ms else "–"
         sol = f"{job.sol_ms:.4g} ms" if job.sol_ms is not None else "–"
+        if job.sol_ms and job.best_ms:
+            sol += f" (best at {job.sol_ms / job.best_ms:.0%})"
         text = Text.assemble((f"#{job.id} {job.problem}", "bold"), f"  {job.kind} · ",
                              (job.state, "bold"), f" · {job.device or 'no device'} · "
                              f"pri {job.priority}\nreference {ref} · best {best} · "
