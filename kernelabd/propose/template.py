@@ -14,6 +14,7 @@ as with any code it proposes from. Candidates are never run here.
 
 from __future__ import annotations
 
+import builtins
 import operator
 import tomllib
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelabd.capture import load_reference
 from kernelabd.propose.base import JobContext, Proposal
-from kernelabd.propose.templates import common, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.templates import attention, common, elementwise, matmul, reduce, rowwise
 from kernelabd.propose.tune import params_of
 
 FUNCTIONS: dict[Any, str] = {
@@ -42,13 +43,18 @@ FUNCTIONS: dict[Any, str] = {
     torch.sum: "sum", torch.mean: "mean", torch.amax: "max", torch.max: "max",
     torch.matmul: "matmul", torch.mm: "matmul", operator.matmul: "matmul", F.linear: "linear",
     operator.getitem: "getitem", torch.clone: "identity", torch.detach: "identity",
+    torch.bmm: "matmul", torch.transpose: "transpose", torch.swapaxes: "transpose",
+    torch.swapdims: "transpose", torch.permute: "permute", builtins.getattr: "getattr",
+    F.scaled_dot_product_attention: "sdpa",
 }
 METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
     "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "sqrt": "sqrt", "rsqrt": "rsqrt",
     "square": "square", "pow": "pow", "softmax": "softmax", "log_softmax": "log_softmax",
     "sum": "sum", "mean": "mean", "amax": "max", "max": "max", "matmul": "matmul",
-    "clone": "identity", "detach": "identity", "contiguous": "identity",
+    "clone": "identity", "detach": "identity", "contiguous": "identity", "bmm": "matmul",
+    "transpose": "transpose", "swapaxes": "transpose", "swapdims": "transpose", "permute": "permute",
+    "size": "size",
 }
 MODULES: dict[type, str] = {
     nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.GELU: "gelu",
@@ -59,6 +65,8 @@ ELEMENTWISE = set(common.UNARY) | set(common.BINARY)
 REDUCTIONS = {"sum", "mean", "max"}
 # keyword arguments that do not change what an op computes
 HARMLESS_KWARGS = {"inplace", "_stacklevel"}
+SCALAR_SYMBOLS = {"mul": "*", "div": "/", "add": "+", "sub": "-"}   # arithmetic on sizes
+SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
 @dataclass
@@ -124,7 +132,11 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
     if kind in common.BINARY:
         return Op(node, kind, tuple(node.args[:2])) if not node.kwargs and len(node.args) == 2 else None
     if kind == "pow":
-        return Op(node, "square", (x,)) if _arg(node, 1, "exponent") == 2 else None
+        exponent = _arg(node, 1, "exponent")
+        if exponent == 2:
+            return Op(node, "square", (x,))
+        # other numeric exponents only matter to sizes (``d ** -0.5``); no tensor template takes them
+        return Op(node, "pow", (x, exponent)) if _number(exponent) and not node.kwargs else None
     if kind == "gelu":
         kind = "gelu_tanh" if node.kwargs.get("approximate", "none") == "tanh" else "gelu"
     if kind in common.UNARY or kind == "identity":
@@ -150,6 +162,51 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
                                      "weight": _arg(node, 2, "weight"),
                                      "eps": _arg(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
+    return _view_or_attention_op(node, kind, x)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _view_or_attention_op(node: fx.Node, kind: str, x: Any) -> Op | None:
+    """Transposes, sizes and SDPA: what attention is written with.
+
+    A permutation that swaps two dims is a transpose; ``x.mT`` is ``transpose(-2, -1)``;
+    ``x.shape`` is ``size`` without a dim (then indexed). SDPA is canonical only without a mask,
+    dropout or grouped heads, so such a graph matches nothing rather than losing a term.
+    """
+    if kind == "transpose" and _kwargs_ok(node, {"dim0", "dim1"}):
+        d0, d1 = _dim(_arg(node, 1, "dim0")), _dim(_arg(node, 2, "dim1"))
+        return Op(node, kind, (x,), {"dims": (d0, d1)}) if d0 is not None and d1 is not None else None
+    if kind == "permute" and not node.kwargs:
+        dims = node.args[1:]
+        if len(dims) == 1 and isinstance(dims[0], list | tuple):
+            dims = tuple(dims[0])
+        if not dims or not all(isinstance(d, int) for d in dims):
+            return None
+        norm = [d % len(dims) for d in dims]
+        moved = [i for i, d in enumerate(norm) if d != i]
+        if sorted(norm) != list(range(len(dims))) or len(moved) != 2:
+            return None
+        return Op(node, "transpose", (x,), {"dims": (moved[0], moved[1])})
+    if kind == "getattr" and len(node.args) == 2:
+        if node.args[1] == "shape":
+            return Op(node, "size", (x,), {"dim": None})
+        if node.args[1] == "mT":
+            return Op(node, "transpose", (x,), {"dims": (-2, -1)})
+        return None
+    if kind == "size" and _kwargs_ok(node, {"dim"}):
+        dim = _arg(node, 1, "dim")
+        return Op(node, kind, (x,), {"dim": dim}) if dim is None or _dim(dim) is not None else None
+    if kind == "sdpa" and set(node.kwargs) <= set(SDPA_ARGS) and len(node.args) <= len(SDPA_ARGS):
+        given = {name: _arg(node, i, name) for i, name in enumerate(SDPA_ARGS)}
+        dropout, causal = given["dropout_p"] or 0.0, given["is_causal"] or False
+        if (given["attn_mask"] is not None or dropout != 0 or given["enable_gqa"]
+                or not isinstance(causal, bool)):
+            return None
+        return Op(node, kind, (given["query"], given["key"], given["value"]),
+                  {"is_causal": causal, "scale": given["scale"]})
     return None
 
 
@@ -385,6 +442,139 @@ def match_mlp(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | No
     return matmul.render_mlp(matmul.GatedMLP(*names, precision), g.signature, *init)
 
 
+class _Attention:
+    """Reads attention's parts off a graph: operands through views and scale factors, each
+    with the nodes it accounts for (the match must account for every op of the graph)."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.ops = {op.node: op for op in g.ops}
+        self.used: set[fx.Node] = set()
+
+    def op(self, value: Any, *kinds: str) -> Op | None:
+        op = self.ops.get(value) if isinstance(value, fx.Node) else None
+        if op is None or op.kind not in kinds:
+            return None
+        self.used.add(op.node)
+        return op
+
+    @staticmethod
+    def tensor(value: Any) -> bool:
+        return isinstance(value, fx.Node) and "tensor_meta" in value.meta
+
+    def view(self, value: Any) -> str | None:
+        """An input or parameter, possibly transposed: the kernel reads views through their
+        strides, so the forward passes the same view (no copy)."""
+        if (expr := self.g.leaf(value)) is not None:
+            return expr
+        op = self.op(value, "transpose")
+        inner = self.view(op.args[0]) if op is not None else None
+        return f"{inner}.transpose({op.attrs['dims'][0]}, {op.attrs['dims'][1]})" if op and inner else None
+
+    def factor(self, value: Any) -> str | None:
+        """A scale as a forward-side Python expression: a number (or the attribute holding it),
+        or arithmetic on input sizes (``q.size(-1) ** -0.5``), recomputed by the port's forward
+        so that it follows the shapes the gate tries."""
+        if (expr := self.g.scalar(value)) is not None:
+            return expr
+        if self.tensor(value):
+            return None
+        if (op := self.op(value, "size")) is not None:
+            base = self.view(op.args[0])
+            dim = op.attrs["dim"]
+            return f"{base}.shape[{dim}]" if base is not None and dim is not None else None
+        if (op := self.op(value, "getitem")) is not None:
+            size = self.op(op.args[0], "size")
+            base = self.view(size.args[0]) if size is not None and size.attrs["dim"] is None else None
+            index = op.args[1]
+            return f"{base}.shape[{index}]" if base is not None and _dim(index) is not None else None
+        if (op := self.op(value, "pow")) is not None:
+            base = self.factor(op.args[0])
+            return f"({base} ** {op.args[1]!r})" if base is not None else None
+        if (op := self.op(value, *SCALAR_SYMBOLS)) is not None:
+            a, b = self.factor(op.args[0]), self.factor(op.args[1])
+            return f"({a} {SCALAR_SYMBOLS[op.kind]} {b})" if a is not None and b is not None else None
+        return None
+
+    def unscaled(self, value: Any, factors: list[str]) -> Any:
+        """``value`` without its multiplications and divisions by scale factors (appended to
+        ``factors`` as multipliers): the product is linear in each, so all fold into one scale."""
+        while (op := self.op(value, "mul", "div")) is not None:
+            before = set(self.used)
+            a, b = op.args
+            if self.tensor(a) and (f := self.factor(b)) is not None:
+                factors.append(f if op.kind == "mul" else f"(1.0 / {f})")
+                value = a
+            elif op.kind == "mul" and self.tensor(b) and (f := self.factor(a)) is not None:
+                factors.append(f)
+                value = b
+            else:       # not a scaling: leave it (and what was looked at) unaccounted for
+                self.used = before - {op.node}
+                return value
+        return value
+
+    def operands(self, q: Any, k: Any, v: Any) -> tuple[str, str, str] | None:
+        """The operands' view expressions, when their traced shapes are attention's:
+        (…, M, D), (…, N, D), (…, N, Dv), same leading dims (no broadcasting), same float dtype."""
+        metas = [t.meta.get("tensor_meta") if isinstance(t, fx.Node) else None for t in (q, k, v)]
+        if any(m is None for m in metas):
+            return None
+        qs, ks, vs = (tuple(m.shape) for m in metas)
+        dtypes = {m.dtype for m in metas}
+        if (not 2 <= len(qs) <= 4 or not len(qs) == len(ks) == len(vs) or qs[:-2] != ks[:-2]
+                or ks[:-2] != vs[:-2] or qs[-1] != ks[-1] or ks[-2] != vs[-2] or len(dtypes) != 1
+                or not next(iter(dtypes)).is_floating_point):
+            return None
+        qv, kv, vv = self.view(q), self.view(k), self.view(v)
+        return (qv, kv, vv) if qv is not None and kv is not None and vv is not None else None
+
+    def written(self, top: Op, factors: list[str]) -> tuple[Any, Any, Any] | None:
+        """(q, k, v) of ``softmax(q @ kᵀ * scale, dim=-1) @ v``, with the scale factors found
+        on the scores, on ``q`` and on ``kᵀ`` or ``k``; None for any other shape of graph."""
+        soft = self.op(top.args[0], "softmax")
+        shape = self.g.shape(top.args[0])
+        if soft is None or not shape or soft.attrs["dim"] is None or soft.attrs["dim"] % len(shape) != len(shape) - 1:
+            return None
+        scores = self.op(self.unscaled(soft.args[0], factors), "matmul")
+        kt = self.op(self.unscaled(scores.args[1], factors), "transpose") if scores is not None else None
+        k_shape = self.g.shape(kt.args[0]) if kt is not None else None
+        if kt is None or not k_shape:
+            return None
+        if {d % len(k_shape) for d in kt.attrs["dims"]} != {len(k_shape) - 2, len(k_shape) - 1}:
+            return None
+        return self.unscaled(scores.args[0], factors), self.unscaled(kt.args[0], factors), top.args[1]
+
+
+def match_attention(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
+    """``F.scaled_dot_product_attention(q, k, v[, is_causal, scale])``, or the written-out
+    ``softmax(q @ kᵀ * scale, dim=-1) @ v`` (any mix of ``matmul``/``@``/``bmm``, ``transpose``/
+    ``mT``/``permute``, scale by a number or from the inputs' sizes, on the scores or on
+    ``q``/``k``). Every op of the graph must be part of it and the output the attention itself."""
+    at = _Attention(g)
+    top = at.op(g.out, "sdpa", "matmul") if isinstance(g.out, fx.Node) else None
+    if top is None:
+        return None
+    factors: list[str] = []
+    sdpa = top.kind == "sdpa"
+    if sdpa:
+        qkv = (at.unscaled(top.args[0], factors), at.unscaled(top.args[1], factors), top.args[2])
+    else:
+        qkv = at.written(top, factors)
+    views = at.operands(*qkv) if qkv is not None else None
+    if views is None:
+        return None
+    scale = top.attrs["scale"] if sdpa else None
+    if sdpa and scale is None:      # SDPA's default, 1/sqrt(E) with E the query's last dim
+        factors.insert(0, f"(1.0 / math.sqrt({views[0]}.shape[-1]))")
+    elif sdpa:
+        factors.insert(0, at.factor(scale) or "")
+    if not all(factors) or at.used != set(at.ops):
+        return None
+    causal = bool(top.attrs["is_causal"]) if sdpa else False
+    spec = attention.Attention(*views, " * ".join(factors) or "1.0", causal, sdpa, precision)
+    return attention.render(spec, g.signature, *init)
+
+
 def trace(source: str) -> Graph | None:
     """The reference's fx graph with traced shapes; None when it cannot be traced (dynamic
     control flow, a reference that fails to build): then no template applies."""
@@ -415,7 +605,8 @@ def instantiate(reference_source: str, sidecar: str | None = None) -> tuple[str,
         return None
     precision = _precision(sidecar)
     init = list(parts)
-    for attempt in (lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
+    for attempt in (lambda: match_attention(g, init, precision),
+                    lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
                     lambda: match_rowwise(g, init),
                     lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
                     lambda: match_elementwise(g, init)):

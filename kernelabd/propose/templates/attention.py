@@ -1,0 +1,172 @@
+"""Scaled dot-product attention as one flash-attention style kernel.
+
+Eager attention written out (``softmax(q @ kᵀ * scale) @ v``) writes the ``(S, S)`` score
+matrix to memory and reads it back twice; even PyTorch's fused kernels are picked per dtype and
+device. Here one program owns ``BLOCK_M`` query rows of one (batch, head) and walks the keys in
+``BLOCK_N`` blocks with an online softmax (running max and sum, fp32 accumulators), so scores
+never leave registers and each key/value block is read once per query block.
+
+- The scale is folded with log2(e) into one factor applied to the ``tl.dot`` result, and
+  ``exp2`` replaces ``exp``; the running max is subtracted before exponentiating, so large
+  logits (the gate's shifted inputs) cannot overflow.
+- Causal attention (``is_causal=True``) is PyTorch's top-left aligned mask: query ``i`` sees keys
+  ``j <= i``; key blocks wholly above the diagonal are not visited at all.
+- Any sequence lengths (masked), head dims padded to a power of two (masked), separate head dims
+  for ``q``/``k`` and ``v``; inputs of 2 to 4 dims are read through their strides as
+  ``(Z, H, S, D)``, so transposed views cost no copy.
+- fp32 inputs use IEEE dots unless the problem allows TF32, because the gate holds a port to the
+  reference's precision; half inputs cast the probabilities to the input dtype for the second
+  product, as PyTorch's flash kernel does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelabd.propose.templates import common
+
+TUNE_VALUES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [2, 4, 8],
+               "num_stages": [1, 2, 3, 4]}
+TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+
+AS_4D = '''
+
+def _as_4d(t: torch.Tensor) -> torch.Tensor:
+    """A view of ``t`` with leading size-1 dims up to ``(Z, H, S, D)``; no copy."""
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    return t
+'''
+# The output's memory order matters: the gate compares strides with the reference's output.
+# PyTorch's SDPA allocates it differently per backend; a written-out ``p @ v`` is contiguous.
+SDPA_OUTPUT = '''
+
+def _sdpa_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """An empty output in the memory order PyTorch's own SDPA returns for these inputs, so the
+    strides match the reference's (without running any attention op to find out): its flash
+    kernels (CPU and CUDA) allocate like the query, the memory-efficient CUDA kernel (fp32 on
+    CUDA) in ``(B, S, H, D)`` order, the math path contiguously. CUDA backends are asked in
+    PyTorch's default priority order (flash, memory-efficient, math)."""
+    shape = (*q.shape[:-1], v.shape[-1])
+    if q.dim() == 4 and q.is_cuda:
+        params = torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, causal, False)
+        if torch.backends.cuda.can_use_flash_attention(params):
+            return torch.empty_like(q)
+        if torch.backends.cuda.can_use_efficient_attention(params):
+            b, h, m, _ = q.shape
+            return q.new_empty((b, m, h, v.shape[-1])).transpose(1, 2)
+    elif (q.dim() == 4 and q.shape[-1] == k.shape[-1] == v.shape[-1] and q.shape[-2] > 0
+          and k.shape[-2] > 0 and all(t.stride(-1) == 1 for t in (q, k, v))
+          and torch.backends.cuda.flash_sdp_enabled()):
+        return torch.empty_like(q)
+    return q.new_empty(shape)
+'''
+
+
+@dataclass
+class Attention:
+    """``softmax(q kᵀ · scale [+ causal mask]) v`` over the last two dims of ``q``/``k``/``v``."""
+
+    q: str              # forward-side expressions of the operands (arguments or their views)
+    k: str
+    v: str
+    scale: str          # forward-side expression of the softmax scale (a Python number)
+    causal: bool
+    sdpa: bool          # from F.scaled_dot_product_attention (its output layout), else p @ v
+    precision: str      # "ieee" or "tf32"
+
+
+def kernel(precision: str) -> str:
+    return f'''
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
+                     sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, soz, soh, som, sod,
+                     IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    pid = tl.program_id(0)
+    blocks_m = tl.cdiv(M, BLOCK_M)
+    zh = pid // blocks_m
+    pid_m = pid % blocks_m
+    z = (zh // H).to(tl.int64)
+    h = (zh % H).to(tl.int64)
+    q_ptr += z * sqz + h * sqh
+    k_ptr += z * skz + h * skh
+    v_ptr += z * svz + h * svh
+    o_ptr += z * soz + h * soh
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    re = tl.arange(0, BLOCK_DV)
+    q = tl.load(q_ptr + rm[:, None] * sqm + rd[None, :] * sqd,
+                mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
+    hi = N
+    if IS_CAUSAL:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    for start in range(0, hi, BLOCK_N):
+        cols = start + rn
+        kt = tl.load(k_ptr + rd[:, None] * skd + cols[None, :] * skn,
+                     mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
+        s = tl.dot(q, kt, input_precision="{precision}") * qk_scale
+        keep = cols[None, :] < N
+        if IS_CAUSAL:
+            keep = keep & (cols[None, :] <= rm[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vb = tl.load(v_ptr + cols[:, None] * svn + re[None, :] * svd,
+                     mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb, input_precision="{precision}")
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    tl.store(o_ptr + rm[:, None] * som + re[None, :] * sod, acc.to(o_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (re[None, :] < DV))
+'''
+
+
+def launcher(sdpa: bool) -> str:
+    out = "_sdpa_output(q, k, v, causal)" if sdpa else "q.new_empty((*q.shape[:-1], v.shape[-1]))"
+    return f'''
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+               causal: bool) -> torch.Tensor:
+    """One launch: a program per (batch·head, BLOCK_M query rows)."""
+    out = {out}
+    q4, k4, v4, o4 = (_as_4d(t) for t in (q, k, v, out))
+    Z, H, M, D = q4.shape
+    N, DV = k4.shape[2], v4.shape[3]
+    grid = (triton.cdiv(M, BLOCK_M) * Z * H,)
+    attention_kernel[grid](q4, k4, v4, o4, float(scale) * 1.4426950408889634, H, M, N, D, DV,
+                           *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
+                           IS_CAUSAL=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                           BLOCK_D=max(16, triton.next_power_of_2(D)),
+                           BLOCK_DV=max(16, triton.next_power_of_2(DV)),
+                           num_warps=num_warps, num_stages=num_stages)
+    return out
+'''
+
+
+def forward(op: Attention, signature: str) -> str:
+    return f'''
+def forward(self, {signature}):
+    return _attention({op.q}, {op.k}, {op.v}, {op.scale}, {op.causal})
+'''
+
+
+def render(op: Attention, signature: str, imports: list[str], init: str) -> tuple[str, str]:
+    """(candidate source, one-line edit description)."""
+    form = "scaled_dot_product_attention" if op.sdpa else "written-out softmax(q @ k^T * scale) @ v"
+    causal = ", causal" if op.causal else ""
+    source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
+                            f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
+                            imports)
+              + common.tunables(TUNE_VALUES, TUNE_START) + AS_4D
+              + (SDPA_OUTPUT if op.sdpa else "")
+              + kernel(op.precision) + launcher(op.sdpa)
+              + common.model_class(init, forward(op, signature)))
+    return source, f"template: attention ({form}{causal}; flash-style, online softmax)"
