@@ -71,6 +71,19 @@ def _launches(model: torch.nn.Module, inputs: list[Any]) -> list[dict[str, Any]]
     return sorted(records, key=lambda r: -r["device_us"])
 
 
+def work_of(model: torch.nn.Module, inputs: list[Any]) -> dict[str, Any]:
+    """FLOPs of one forward (matrix products, convolutions, attention: what the flop counter
+    counts), the least bytes it must move (inputs, parameters and buffers, outputs), and the
+    dtype that picks the matrix rate."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        outputs = model(*inputs)
+    state = list(model.parameters()) + list(model.buffers())
+    sizes = {"inputs": _nbytes(_tensors(inputs)), "parameters": _nbytes(state),
+             "outputs": _nbytes(_tensors(outputs))}
+    return {"flops": int(counter.get_total_flops()), "min_bytes": sum(sizes.values()),
+            "bytes": sizes, "dtype": main_dtype(_tensors(inputs))}
+
+
 def capture_reference(reference_path: str | Path, device: str) -> dict[str, Any]:
     """FLOPs, minimum bytes moved and (CUDA only) launch records of one eager forward."""
     problem = load_problem(reference_path)
@@ -78,14 +91,7 @@ def capture_reference(reference_path: str | Path, device: str) -> dict[str, Any]
     _, model, inputs = load_reference(problem.source, constants)
     model = model.to(device)
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        outputs = model(*inputs)
-    state = list(model.parameters()) + list(model.buffers())
-    sizes = {"inputs": _nbytes(_tensors(inputs)), "parameters": _nbytes(state),
-             "outputs": _nbytes(_tensors(outputs))}
     on_cuda = device.startswith("cuda")
-    return {"device": device, "sizes": constants, "flops": int(counter.get_total_flops()),
-            "min_bytes": sum(sizes.values()), "bytes": sizes,
-            "dtype": main_dtype(_tensors(inputs)),
+    return {"device": device, "sizes": constants, **work_of(model, inputs),
             "launches": _launches(model, inputs) if on_cuda else [],
             "note": None if on_cuda else CPU_NOTE}

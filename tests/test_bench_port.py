@@ -1,0 +1,114 @@
+"""The port benchmark (bench/port): its problems load as strict references, and its script runs
+end to end on CPU in smoke mode (default sizes, Triton interpreter, a two-candidate budget)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelabd.capture import load_reference
+from kernelabd.problem import load_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench" / "port"
+PROBLEMS = sorted((BENCH / "problems").glob("*.py"))
+
+
+def bench_module():
+    spec = importlib.util.spec_from_file_location("bench_port_run", BENCH / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_suite_has_its_problems_and_the_groups_cover_each_once():
+    run = bench_module()
+    names = [p.stem for p in PROBLEMS]
+    assert len(names) >= 13 and run.FFN in names
+    grouped = [n for group in run.GROUPS.values() for n in group]
+    assert sorted(grouped) == sorted(names), "every problem in exactly one --group"
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=[p.stem for p in PROBLEMS])
+def test_problem_loads_strictly_and_runs_at_its_default_sizes(path):
+    problem = load_problem(path)                       # strict sidecar: unknown keys are errors
+    assert problem.sidecar_path is not None, "every problem has a sidecar with GPU sizes"
+    cuda = problem.sidecar.constants_for("cuda")
+    assert cuda, "[sizes.cuda] sets realistic sizes"
+    module, model, inputs = load_reference(problem.source)
+    names = set(vars(module))
+    for consts in [cuda, *problem.sidecar.extra_shapes]:
+        assert set(consts) <= names, f"sidecar names a constant the module lacks: {set(consts) - names}"
+    assert all(isinstance(t, torch.Tensor) for t in inputs)
+    with torch.no_grad():
+        out = model(*inputs)
+    assert isinstance(out, torch.Tensor) and out.numel() > 0 and bool(torch.isfinite(out).all())
+
+
+def test_goal_checks_from_synthetic_rows():
+    run = bench_module()
+
+    def row(name, eager, compiled, kernelab, active_s=60.0, bound="memory", sol=None, failure=None):
+        job = {"best_candidate": None if failure else 1, "active_s": active_s, "bound": bound,
+               "sol_ms": sol, "candidates": 3, "accepted": 1, "lineage": []}
+        ms = {"eager": eager, "compile_default": compiled}
+        if kernelab is not None:
+            ms["kernelab"] = kernelab
+        return {"problem": name, "ms": ms, "job": job, "port": {"wall_s": active_s + 20},
+                "failure": failure, "errors": {}}
+
+    rows = [row("softmax", 2.0, 1.0, 0.8, sol=0.72),          # 1.25× compile, 90 % of SOL
+            row(run.FFN, 10.0, 9.0, 8.0, bound="compute"),     # 1.25× eager
+            row("sdpa", 1.0, 1.0, None, failure="failed: no candidate")]
+    checks = run.goals([run.derive(r) for r in rows], expected=3)
+    assert checks[0].startswith("PASS") and "unported (1) at 1.00×" in checks[0]
+    assert checks[1].startswith("PASS") and f"{run.FFN} 1.125×" in checks[1]
+    assert checks[2].startswith("PASS") and "softmax 90%" in checks[2]
+    assert checks[3].startswith("PASS") and "1.250×" in checks[3]
+    assert checks[4].startswith("PASS") and checks[5].startswith("PASS")
+    slow = run.goals([run.derive(row("gelu", 1.0, 0.9, 1.0, active_s=200.0))], expected=13)
+    assert slow[1].startswith("FAIL") and "gelu 0.900×" in slow[1]
+    assert slow[4].startswith("FAIL") and "partial" in slow[5]
+
+
+@pytest.mark.slow
+def test_smoke_run_ports_two_problems_and_prints_the_table_then_the_goals(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH / "run.py"), "--device", "cpu", "--smoke", "--only", "softmax", "gelu",
+           "--max-candidates", "2", "--parallel", "2", "--out", str(out), "--work", str(tmp_path / "work")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["problem"] for r in rows) == ["gelu", "softmax"]
+    for r in rows:
+        assert {"problem", "device", "ms", "port", "job", "work", "floor", "ceilings", "timing",
+                "rel_error_vs_eager", "failure", "errors"} <= set(r)
+        assert r["failure"] is None and r["device"] == "cpu" and r["smoke"]
+        job = r["job"]
+        assert job["state"] == "done" and job["accepted"] >= 1 and 1 <= job["candidates"] <= 2
+        assert job["best_candidate"] is not None and job["active_s"] > 0
+        assert job["lineage"][0]["proposer"] == "template" and job["lineage"][-1]["candidate"] == job["best_candidate"]
+        assert {"eager", "kernelab"} <= set(r["ms"]), r["errors"]
+        assert r["rel_error_vs_eager"]["kernelab"] < 1e-4
+        assert r["floor"]["bound"] == "memory" and r["work"]["min_bytes"] > 0
+    lines = proc.stdout.strip().splitlines()
+    assert all(ln[:4] in ("PASS", "FAIL", "SKIP") for ln in lines[-6:]), "the goal checks come last"
+    assert any(ln.startswith("| softmax | float32 |") for ln in lines)
+    assert (out / "table.md").read_text().strip() == proc.stdout.strip()
+    # what comes back from a lent GPU machine: a few files, no folders
+    assert sorted(p.name for p in out.iterdir()) == ["artifacts.tar.gz", "results.jsonl", "run.json", "table.md"]
+    with tarfile.open(out / "artifacts.tar.gz") as tar:
+        packed = set(tar.getnames())
+    assert {"homes/softmax/results/softmax/best.py", "homes/gelu/kernelab.db", "logs/gelu.log"} <= packed
+    merged = subprocess.run([sys.executable, str(BENCH / "run.py"), "--report", str(out / "results.jsonl"),
+                             "--out", str(tmp_path / "merged")], capture_output=True, text=True, timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    assert [ln for ln in merged.stdout.splitlines() if ln.startswith("| gelu")] == \
+        [ln for ln in lines if ln.startswith("| gelu")]
