@@ -579,7 +579,10 @@ def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
         if variant == "scaled":
             scale = 10 ** (torch.rand((), generator=gen, dtype=torch.float64).item() * 1.5 - 0.5)
             offset = 100 + 100 * torch.rand((), generator=gen, dtype=torch.float64).item()
-            y = (x - mean) * scale + mean + offset * max(std, 1.0)
+            # The offset is counted in standard deviations of the *scaled* values: counted in
+            # the original ones, a stretch by 10 left only 10-20 σ, which a one-pass variance
+            # (E[x²] - E[x]²) survived now and then.
+            y = (x - mean) * scale + mean + offset * max(std * scale, 1.0)
         else:
             t = student_t(v.shape, 2.5, int(torch.randint(0, 2**62, (), generator=gen)), v.device)
             y = mean + std * t.clamp(-1e3, 1e3) / math.sqrt(5.0)

@@ -9,6 +9,7 @@ GPU-specific parts (device guards, streams, ``empty_strided_cuda``, extern kerne
 
 from __future__ import annotations
 
+import ast
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,11 +18,11 @@ from typing import Any
 import pytest
 import torch
 
-from kernelabd.check import run_check
 from kernelabd.propose import inductor
 from kernelabd.propose.base import Budget, Candidate, JobContext, Proposal, ProposerUnavailable, load_proposer
 from kernelabd.propose.inductor import Arg, Capture, InductorProposer, Unsupported, port
 from kernelabd.propose.tune import TuneProposer, parse_tunables
+from tests.gating import assert_passes, gate
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -90,23 +91,6 @@ def proposed() -> dict[str, tuple[Proposal | None, str | None]]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(JOBS, pool.map(one, JOBS.values()), strict=True))
     return results
-
-
-def gate(tmp_path: Path, name: str, reference: str, sidecar: str | None, candidate: str) -> dict[str, Any]:
-    """The real gate on CPU (sandboxed, Triton interpreter), as the worker runs it."""
-    ref, cand = tmp_path / f"{name}.py", tmp_path / f"{name}.new.py"
-    ref.write_text(reference)
-    if sidecar:                                    # the gate then checks its extra shapes too
-        ref.with_suffix(".toml").write_text(sidecar)
-    cand.write_text(candidate)
-    result = run_check(ref, cand, device="cpu", time_it=False).to_json()
-    print(json.dumps({"case": name, "verdict": result["verdict"], "max_rel_error": result["max_rel_error"]}))
-    return result
-
-
-def assert_passes(result: dict[str, Any]) -> None:
-    assert result["verdict"] == "pass", (result["rule"], result["reason"], result["evidence"])
-    assert result["max_rel_error"] <= result["tolerance"]
 
 
 def assert_standalone(source: str) -> None:
@@ -291,11 +275,17 @@ def test_on_a_gpu_the_port_of_real_inductor_output_passes_the_gate(tmp_path, nam
     proposal = proposer.propose(context(source, sidecar, device="cuda:0"))
     assert proposal is not None, proposer.last_reason
     assert_standalone(proposal.source)
-    ref, cand = tmp_path / f"{name}.py", tmp_path / f"{name}.new.py"
-    ref.write_text(source)
-    if sidecar:
-        ref.with_suffix(".toml").write_text(sidecar)
-    cand.write_text(proposal.source)
-    result = run_check(ref, cand, device="cuda", time_it=False).to_json()
+    result = gate(tmp_path, name, source, sidecar, proposal.source, device="cuda")
     assert result["verdict"] == "pass", (result["rule"], result["reason"])
 
+
+
+@pytest.mark.parametrize(("call", "expected"), [
+    ("assert_size_stride_grouped((a), ((s0, 8)), ((8, 1)), 'op')", "_check_layout(a, (s0, 8), (8, 1))"),
+    ("assert_size_stride_grouped((a, b), ((s0, 8), (8,)), ((8, 1), (1,)), 'op')",
+     "(_check_layout(a, (s0, 8), (8, 1)), _check_layout(b, (8,), (1,)))"),
+])
+def test_grouped_layout_assertions_of_newer_inductor_become_one_check_per_input(call, expected):
+    """torch ≥ 2.14 groups the input assertions; torch 2.11 (the GPU image) does not."""
+    node = ast.parse(call, mode="eval").body
+    assert ast.unparse(inductor._ungroup_layout_checks(node)) == expected

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelabd.check import run_check
 from kernelabd.propose.base import Budget, Candidate, JobContext
 from kernelabd.propose.template import TemplateProposer
 from kernelabd.propose.tune import parse_tunables
+from tests.gating import assert_passes, gate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -117,16 +117,7 @@ def test_generated_candidate_passes_the_real_gate(tmp_path, name, source, sideca
     assert parse_tunables(proposal.source) and proposal.params
     again = TemplateProposer().propose(context(source, sidecar))
     assert again is not None and again.source == proposal.source, "generation is deterministic"
-    ref, cand = tmp_path / f"{name}.py", tmp_path / f"{name}.new.py"
-    ref.write_text(source)
-    if sidecar:
-        ref.with_suffix(".toml").write_text(sidecar)
-    cand.write_text(proposal.source)
-    result = run_check(ref, cand, device="cpu", time_it=False).to_json()
-    print(json.dumps({"case": name, "verdict": result["verdict"],
-                      "max_rel_error": result["max_rel_error"]}))
-    assert result["verdict"] == "pass", (result["rule"], result["reason"], result["evidence"])
-    assert result["max_rel_error"] <= result["tolerance"]
+    assert_passes(gate(tmp_path, name, source, sidecar, proposal.source))
 
 
 def test_tf32_dots_only_when_the_sidecar_allows_them():

@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelabd.check import run_check
 from kernelabd.propose.template import TemplateProposer, instantiate
 from kernelabd.propose.tune import parse_tunables
+from tests.gating import assert_passes, gate
 from tests.test_template import context, reference
 
 QKV = "torch.randn(1, 2, 77, 64), torch.randn(1, 2, 77, 64), torch.randn(1, 2, 77, 64)"
@@ -64,14 +64,7 @@ def test_generated_candidate_passes_the_real_gate(tmp_path, name):
     assert [t.name for t in parse_tunables(proposal.source)] == ["BLOCK_M", "BLOCK_N", "num_warps",
                                                                  "num_stages"]
     assert 'input_precision="ieee"' in proposal.source and "tf32" not in proposal.source
-    ref, cand = tmp_path / f"{name}.py", tmp_path / f"{name}.new.py"
-    ref.write_text(source)
-    cand.write_text(proposal.source)
-    result = run_check(ref, cand, device="cpu", time_it=False).to_json()
-    print(json.dumps({"case": name, "verdict": result["verdict"],
-                      "max_rel_error": result["max_rel_error"]}))
-    assert result["verdict"] == "pass", (result["rule"], result["reason"], result["evidence"])
-    assert result["max_rel_error"] <= result["tolerance"]
+    assert_passes(gate(tmp_path, name, source, None, proposal.source))
 
 
 SWEEP = """

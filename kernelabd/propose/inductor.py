@@ -313,6 +313,8 @@ class _CallRewriter(ast.NodeTransformer):
             return ast.Call(ast.Name("_reinterpret", ast.Load()), node.args, node.keywords)
         if func == "assert_size_stride":
             return ast.Call(ast.Name("_check_layout", ast.Load()), node.args, node.keywords)
+        if func == "assert_size_stride_grouped":
+            return _ungroup_layout_checks(node)
         if func.endswith(".run") and func[:-4] in self.kernels:
             kernel = self.kernels[func[:-4]]
             if any(k.arg != "stream" for k in node.keywords):
@@ -322,6 +324,24 @@ class _CallRewriter(ast.NodeTransformer):
                                   f"{len(kernel.runtime_params)} kernel parameters")
             return ast.Call(ast.Name(f"launch_{kernel.name}", ast.Load()), node.args, [])
         return node
+
+
+def _ungroup_layout_checks(node: ast.Call) -> ast.AST:
+    """Newer Inductor (torch ≥ 2.14) checks several inputs in one call,
+    ``assert_size_stride_grouped((a, b), (size_a, size_b), (stride_a, stride_b), op)``; with a
+    single input the parentheses are not tuples (``(a), ((s0, 8)), ((8, 1))``). Either way it
+    becomes one ``_check_layout`` per input."""
+    if len(node.args) < 3 or node.keywords:
+        raise Unsupported("unexpected assert_size_stride_grouped(...) call in Inductor's output")
+    names, sizes, strides = node.args[:3]
+    if not isinstance(names, ast.Tuple):
+        return ast.Call(ast.Name("_check_layout", ast.Load()), [names, sizes, strides], [])
+    if not (isinstance(sizes, ast.Tuple) and isinstance(strides, ast.Tuple)
+            and len(names.elts) == len(sizes.elts) == len(strides.elts)):
+        raise Unsupported("assert_size_stride_grouped(...) with names, sizes and strides of different lengths")
+    checks = [ast.Call(ast.Name("_check_layout", ast.Load()), list(args), [])
+              for args in zip(names.elts, sizes.elts, strides.elts, strict=True)]
+    return ast.Tuple(checks, ast.Load())
 
 
 def _check_call(fn: ast.FunctionDef, kernels: dict[str, Kernel]) -> None:
