@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelabd.propose.base import Budget, Candidate, JobContext, ProposerUnavailable, load_proposer
-from kernelabd.propose.tune import TunablesError, TuneProposer, apply_edit, fits, parse_tunables
+from kernelabd.propose.tune import Target, TunablesError, TuneProposer, apply_edit, fits, parse_tunables
 
 SOURCE = '''"""kernel"""
 TUNABLES = {"BLOCK_SIZE": [128, 256, 512, 1024], "num_warps": [1, 2, 4, 8]}
@@ -97,6 +97,35 @@ def test_configurations_that_cannot_launch_are_pruned():
     assert not fits({"num_warps": 3})
     assert not fits({"num_warps": 64})
     assert not fits({"num_stages": 0})
+
+
+MATMUL = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
+H200_FP32, H200_BF16 = Target(gpu=True, elem_bytes=4), Target(gpu=True, elem_bytes=2)
+
+
+def test_tiles_that_overflow_shared_memory_or_spill_are_pruned_on_a_gpu_only():
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+    assert fits(big, MATMUL, H200_FP32), "3 × 64 KiB of fp32 tiles fit in 227 KiB"
+    assert not fits({**big, "num_stages": 4}, MATMUL, H200_FP32), "4 × 64 KiB do not"
+    assert fits({**big, "num_stages": 4}, MATMUL, H200_BF16), "half-size elements: 4 × 32 KiB do"
+    assert not fits({**big, "num_warps": 2}, MATMUL, H200_FP32), "256 accumulator registers a thread"
+    assert fits({**big, "num_stages": 4, "num_warps": 2}, MATMUL, Target()), \
+        "the CPU interpreter has neither limit"
+    assert fits({**big, "num_stages": 4}, None, H200_FP32), "nothing declared: launch limits only"
+
+
+def test_the_tuner_skips_what_cannot_fit_and_proposes_the_next_move():
+    from kernelabd.propose.templates.common import tunables
+    source = '"""k"""' + tunables({"num_stages": [3, 4], "BLOCK_M": [64, 128], "BLOCK_N": [128],
+                                    "BLOCK_K": [64], "num_warps": [4]},
+                                   {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3,
+                                    "num_warps": 4}, MATMUL)
+    on_gpu = JobContext(job_id=1, problem="p", reference_source="", device="cuda", budget=Budget(10, 60.0),
+                        capture={"dtype": "torch.float32"}, history=(incumbent(source),))
+    assert TuneProposer().propose(on_gpu).edit == "BLOCK_M 128 → 64", "num_stages 4 would not fit"
+    on_cpu = JobContext(job_id=1, problem="p", reference_source="", device="cpu", budget=Budget(10, 60.0),
+                        history=(incumbent(source),))
+    assert TuneProposer().propose(on_cpu).edit == "num_stages 3 → 4"
 
 
 def test_unknown_proposers_are_reported_not_crashed_on():

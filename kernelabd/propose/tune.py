@@ -19,6 +19,11 @@ from typing import Any
 from kernelabd.propose.base import JobContext, Proposal
 
 MAX_WARPS = 32  # Triton launches at most 32 warps (1024 threads) per program
+SMEM_PER_PROGRAM = 232_448
+"""Shared memory one program may use on Hopper (sm_90: 227 KiB); more fails to launch."""
+MAX_ACC_REGS = 128
+"""fp32 accumulator registers per thread beyond which a tile spills to local memory (of 255;
+the rest hold addresses, operands and the pipeline)."""
 
 
 class TunablesError(ValueError):
@@ -92,13 +97,63 @@ def apply_edit(source: str, tunable: Tunable, value: Any) -> str:
     return "".join(lines)
 
 
-def fits(params: dict[str, Any]) -> bool:
-    """Prune configurations that cannot launch before spending an evaluation on them."""
+@dataclass(frozen=True)
+class Target:
+    """What a configuration must fit: a GPU's limits, or none under the CPU interpreter.
+    ``elem_bytes`` is the size of the tiles' elements (the job's main dtype)."""
+
+    gpu: bool = False
+    elem_bytes: int = 4
+
+    @classmethod
+    def of(cls, ctx: JobContext) -> Target:
+        dtype = (ctx.capture or {}).get("dtype") or ""
+        half = dtype in ("torch.float16", "torch.bfloat16")
+        return cls(gpu=ctx.device.startswith("cuda"), elem_bytes=2 if half else 4)
+
+
+def _tiles(tiles: Any, params: dict[str, Any]) -> int | None:
+    """Elements in the named tiles (each a list of tunable names), None if one is not a number."""
+    total = 0
+    for tile in tiles or ():
+        size = 1
+        for name in tile:
+            value = params.get(name)
+            if not isinstance(value, int):
+                return None
+            size *= value
+        total += size
+    return total
+
+
+def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
+         target: Target = Target()) -> bool:
+    """Prune configurations that cannot launch, or would spill, before spending an evaluation
+    on them: launch limits always; on a GPU, the shared memory and accumulator registers of the
+    tiles the candidate declares in ``RESOURCES``."""
     warps = params.get("num_warps")
     if isinstance(warps, int) and (warps < 1 or warps > MAX_WARPS or warps & (warps - 1)):
         return False
     stages = params.get("num_stages")
-    return not (isinstance(stages, int) and stages < 1)
+    if isinstance(stages, int) and stages < 1:
+        return False
+    if not (target.gpu and resources):
+        return True
+    smem = _tiles(resources.get("smem"), params)
+    if smem is not None and max(1, stages or 1) * smem * target.elem_bytes > SMEM_PER_PROGRAM:
+        return False
+    acc = _tiles(resources.get("acc"), params)
+    return not (acc is not None and isinstance(warps, int) and acc / (32 * warps) > MAX_ACC_REGS)
+
+
+def resources_of(source: str) -> dict[str, Any] | None:
+    """The candidate's ``RESOURCES`` literal, if it declares one that reads as a dict."""
+    try:
+        decl = _module_assignments(ast.parse(source)).get("RESOURCES")
+        value = ast.literal_eval(decl.value) if decl is not None else None
+    except (SyntaxError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def moves(tunable: Tunable) -> list[tuple[int, Any]]:
@@ -130,6 +185,7 @@ class TuneProposer:
         except TunablesError:
             return None
         current = {t.name: t.current for t in tunables}
+        resources, target = resources_of(incumbent.source), Target.of(ctx)
         tried = {_key(c.params) for c in ctx.history if c.params}
         tried.add(_key(current))
         for near in (True, False):   # neighbours of every parameter first, then the rest
@@ -138,7 +194,7 @@ class TuneProposer:
                     if (distance == 1) != near:
                         continue
                     params = {**current, t.name: value}
-                    if _key(params) in tried or not fits(params):
+                    if _key(params) in tried or not fits(params, resources, target):
                         continue
                     return Proposal(source=apply_edit(incumbent.source, t, value),
                                     edit=f"{t.name} {t.current!r} → {value!r}",

@@ -92,9 +92,14 @@ def header(doc: str, imports: list[str]) -> str:
     return f'"""{doc}"""\n\n' + "\n".join(base + extra) + "\n"
 
 
-def tunables(values: dict[str, list[int]], current: dict[str, int]) -> str:
-    """``TUNABLES`` and one module-level assignment per tunable, as the tune proposer reads."""
+def tunables(values: dict[str, list[int]], current: dict[str, int],
+             resources: dict[str, list[list[str]]] | None = None) -> str:
+    """``TUNABLES`` and one module-level assignment per tunable, as the tune proposer reads;
+    ``RESOURCES`` names the tiles a program keeps in shared memory (per pipeline stage) and in
+    fp32 accumulators, so the tuner can prune what cannot fit before running it."""
     lines = [f"TUNABLES = {values!r}"]
+    if resources:
+        lines.append(f"RESOURCES = {resources!r}")
     lines += [f"{k} = {current[k]!r}" for k in values]
     return "\n\n" + "\n".join(lines) + "\n"
 

@@ -20,6 +20,11 @@ TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [1
                "GROUP_M": [1, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4]}
 TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
               "num_stages": 3}
+RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
+MLP_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"], ["BLOCK_K", "BLOCK_N"]],
+                 "acc": [["BLOCK_M", "BLOCK_N"], ["BLOCK_M", "BLOCK_N"]]}
+"""Per stage, an A and a B tile in shared memory; the gate/up kernel of the gated MLP streams
+two B tiles and keeps two accumulators (it is the larger of the MLP's two kernels)."""
 
 TILE_ORDER = """\
     pid = tl.program_id(0)
@@ -119,7 +124,7 @@ def render(op: Matmul, signature: str, imports: list[str], init: str, what: str)
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, TUNE_START) + helper
+              + common.tunables(TUNE_VALUES, TUNE_START, RESOURCES) + helper
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
               + common.model_class(init, forward(op, signature)))
     return source, f"template: matmul ({what}) with fused epilogue"
@@ -157,7 +162,7 @@ def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> t
     source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
                             f"silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, TUNE_START) + gate_up_kernel(op.precision)
+              + common.tunables(TUNE_VALUES, TUNE_START, MLP_RESOURCES) + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision)
               + common.model_class(init, mlp_forward(op, signature)))
     return source, "template: gated MLP (fused gate/up + silu-mul, then down)"
