@@ -51,6 +51,9 @@ REFERENCES: dict[str, tuple[str, str]] = {
         "                                          v.transpose(1, 2), is_causal=True)\n",
         inputs="torch.randn(1, 77, 2, 32), torch.randn(1, 77, 2, 32), torch.randn(1, 77, 2, 32)"),
         "causal;"),
+    # bfloat16 through tl.dot: the interpreter needs the templates' fp32 widening (see _dot)
+    "sdpa_bf16": (reference(SDPA.format(""), inputs=", ".join(["torch.randn(1, 2, 77, 64, dtype=torch.bfloat16)"] * 3)),
+                  "(scaled_dot_product_attention;"),
 }
 
 
@@ -63,7 +66,7 @@ def test_generated_candidate_passes_the_real_gate(tmp_path, name):
     assert "\n" not in proposal.edit and proposal.parent_id is None
     assert [t.name for t in parse_tunables(proposal.source)] == ["BLOCK_M", "BLOCK_N", "num_warps",
                                                                  "num_stages"]
-    assert 'input_precision="ieee"' in proposal.source and "tf32" not in proposal.source
+    assert ', "ieee")' in proposal.source and ', "tf32")' not in proposal.source
     assert_passes(gate(tmp_path, name, source, None, proposal.source))
 
 
@@ -142,7 +145,7 @@ def test_sdpa_output_layout_is_pytorchs(tmp_path):
 def test_tf32_dots_only_when_the_sidecar_allows_them():
     source = REFERENCES["sdpa"][0]
     loose = TemplateProposer().propose(context(source, "tf32 = true\n"))
-    assert loose is not None and 'input_precision="tf32"' in loose.source
+    assert loose is not None and ', "tf32")' in loose.source
 
 
 @pytest.mark.parametrize("forward", [

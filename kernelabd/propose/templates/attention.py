@@ -110,7 +110,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
         cols = start + rn
         kt = tl.load(k_ptr + rd[:, None] * skd + cols[None, :] * skn,
                      mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
-        s = tl.dot(q, kt, input_precision="{precision}") * qk_scale
+        s = _dot(q, kt, "{precision}") * qk_scale
         keep = cols[None, :] < N
         if IS_CAUSAL:
             keep = keep & (cols[None, :] <= rm[:, None])
@@ -121,7 +121,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
         l_i = l_i * alpha + tl.sum(p, axis=1)
         vb = tl.load(v_ptr + cols[:, None] * svn + re[None, :] * svd,
                      mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype), vb, input_precision="{precision}")
+        acc = acc * alpha[:, None] + _dot(p.to(vb.dtype), vb, "{precision}")
         m_i = m_new
     acc = acc / l_i[:, None]
     tl.store(o_ptr + rm[:, None] * som + re[None, :] * sod, acc.to(o_ptr.dtype.element_ty),
@@ -165,7 +165,7 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
     source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, TUNE_START) + AS_4D
+              + common.tunables(TUNE_VALUES, TUNE_START) + common.DOT_HELPER + AS_4D
               + (SDPA_OUTPUT if op.sdpa else "")
               + kernel(op.precision) + launcher(op.sdpa)
               + common.model_class(init, forward(op, signature)))

@@ -86,10 +86,28 @@ class Chain:
 
 def header(doc: str, imports: list[str]) -> str:
     """Module docstring and imports: torch/triton plus the reference's own imports."""
-    base = ["import math", "import torch", "import torch.nn as nn", "import torch.nn.functional as F",
-            "import triton", "import triton.language as tl"]
+    base = ["import math", "import os", "import torch", "import torch.nn as nn",
+            "import torch.nn.functional as F", "import triton", "import triton.language as tl"]
     extra = [i for i in imports if i not in base]
     return f'"""{doc}"""\n\n' + "\n".join(base + extra) + "\n"
+
+
+DOT_HELPER = '''
+
+# Triton's interpreter (CPU runs) multiplies bfloat16 dot operands as raw bit patterns
+# (triton-lang/triton#11584); there, and only there, operands are widened to fp32 first. On a
+# GPU the branch is resolved at compile time and the dot stays on the tensor cores.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+
+
+@triton.jit
+def _dot(a, b, precision: tl.constexpr):
+    if INTERPRETED:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, input_precision=precision)
+'''
+"""Every template's matrix products go through ``_dot``."""
 
 
 def tunables(values: dict[str, list[int]], current: dict[str, int],

@@ -75,7 +75,7 @@ def {name}(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args
         a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak,
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b = {_b_load("b_ptr", "sbk", "sbn")}
-        acc += tl.dot(a, b, input_precision="{precision}")
+        acc += _dot(a, b, "{precision}")
 {loads}{lines}    tl.store(c_ptr + rm[:, None] * N + rn[None, :], {epilogue.result or "acc"}, mask=cmask)
 '''
 
@@ -92,8 +92,8 @@ def gate_up_kernel(a_ptr, w1_ptr, w3_ptr, h_ptr, M, N, K, sam, sak, s1k, s1n, s3
         kk = k * BLOCK_K + rk
         a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak,
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        acc1 += tl.dot(a, {_b_load("w1_ptr", "s1k", "s1n")}, input_precision="{precision}")
-        acc3 += tl.dot(a, {_b_load("w3_ptr", "s3k", "s3n")}, input_precision="{precision}")
+        acc1 += _dot(a, {_b_load("w1_ptr", "s1k", "s1n")}, "{precision}")
+        acc3 += _dot(a, {_b_load("w3_ptr", "s3k", "s3n")}, "{precision}")
     h = acc1 / (1.0 + tl.exp(-acc1)) * acc3
     tl.store(h_ptr + rm[:, None] * N + rn[None, :], h, mask=cmask)
 '''
@@ -124,7 +124,7 @@ def render(op: Matmul, signature: str, imports: list[str], init: str, what: str)
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, RESOURCES) + helper
+              + common.tunables(TUNE_VALUES, TUNE_START, RESOURCES) + helper + common.DOT_HELPER
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
               + common.model_class(init, forward(op, signature)))
     return source, f"template: matmul ({what}) with fused epilogue"
@@ -162,7 +162,8 @@ def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> t
     source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
                             f"silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, MLP_RESOURCES) + gate_up_kernel(op.precision)
+              + common.tunables(TUNE_VALUES, TUNE_START, MLP_RESOURCES) + common.DOT_HELPER
+              + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision)
               + common.model_class(init, mlp_forward(op, signature)))
     return source, "template: gated MLP (fused gate/up + silu-mul, then down)"
