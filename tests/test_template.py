@@ -89,6 +89,10 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
               "self.w2 = nn.Linear(hidden, dim, bias=False)\n"),
         init_args=", dim: int, hidden: int", inputs="torch.randn(3, 11, 24)",
         init_values="24, 40"), None, "gated MLP"),
+    "linear_gelu_softmax": (reference(
+        "def forward(self, x):\n    return F.softmax(F.gelu(self.linear(x)), dim=1)\n",
+        init="self.linear = nn.Linear(k, n)\n", init_args=", k: int, n: int",
+        inputs="torch.randn(19, 45)", init_values="45, 37"), None, "then softmax"),
     # bfloat16 through tl.dot: the interpreter needs the templates' fp32 widening (see _dot)
     "gated_mlp_bf16": (reference(
         "def forward(self, x):\n    return self.w2(F.silu(self.w1(x)) * self.w3(x))\n",

@@ -389,11 +389,12 @@ def match_elementwise(g: Graph, init: list[Any]) -> tuple[str, str] | None:
     return elementwise.render(chain, [op.kind for op in g.ops], g.signature, first, *init)
 
 
-def match_matmul(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
-    if not g.ops or g.ops[0].kind not in ("matmul", "linear"):
+def _matmul_spec(g: Graph, ops: list[Op], out: Any, precision: str) -> tuple[matmul.Matmul, str] | None:
+    """``ops`` as a matmul followed by an elementwise epilogue whose result is ``out``."""
+    if not ops or ops[0].kind not in ("matmul", "linear"):
         return None
-    op, rest = g.ops[0], g.ops[1:]
-    if g.out is not (rest[-1].node if rest else op.node) or g.shape(g.out) != g.shape(op.node):
+    op, rest = ops[0], ops[1:]
+    if out is not (rest[-1].node if rest else op.node) or g.shape(out) != g.shape(op.node):
         return None
     a = g.leaf(op.args[0])
     a_shape = g.shape(op.args[0])
@@ -415,7 +416,28 @@ def match_matmul(g: Graph, init: list[Any], precision: str) -> tuple[str, str] |
         return None
     what = " + ".join([op.kind, *(["bias"] if op.attrs.get("bias") is not None else []),
                        *(o.kind for o in rest)])
-    return matmul.render(matmul.Matmul(a, b, transposed, chain, precision), g.signature, *init, what)
+    return matmul.Matmul(a, b, transposed, chain, precision), what
+
+
+def match_matmul(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
+    found = _matmul_spec(g, g.ops, g.out, precision)
+    return None if found is None else matmul.render(found[0], g.signature, *init, found[1])
+
+
+def match_matmul_rowwise(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
+    """A matmul with an elementwise epilogue, then softmax or log-softmax over the last dim."""
+    if len(g.ops) < 2 or g.out is not g.ops[-1].node:
+        return None
+    last = g.ops[-1]
+    shape = g.shape(last.args[0])
+    if last.kind not in ("softmax", "log_softmax") or not shape or last.attrs["dim"] is None \
+            or last.attrs["dim"] % len(shape) != len(shape) - 1:
+        return None
+    found = _matmul_spec(g, g.ops[:-1], g.resolve(last.args[0]), precision)
+    if found is None:
+        return None
+    row = rowwise.Rowwise(last.kind, "y", "y.dim() - 1", "y.dim()")
+    return matmul.render_then_rowwise(found[0], row, g.signature, *init, found[1])
 
 
 def match_mlp(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
@@ -607,6 +629,7 @@ def instantiate(reference_source: str, sidecar: str | None = None) -> tuple[str,
     init = list(parts)
     for attempt in (lambda: match_attention(g, init, precision),
                     lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
+                    lambda: match_matmul_rowwise(g, init, precision),
                     lambda: match_rowwise(g, init),
                     lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
                     lambda: match_elementwise(g, init)):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelabd.propose.templates import common
+from kernelabd.propose.templates import common, rowwise
 
 TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
                "GROUP_M": [1, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4]}
@@ -103,10 +103,10 @@ def _strides(b: str, transposed: bool) -> str:
     return f"{b}.stride(1), {b}.stride(0)" if transposed else f"{b}.stride(0), {b}.stride(1)"
 
 
-def forward(op: Matmul, signature: str) -> str:
+def forward(op: Matmul, signature: str, name: str = "forward") -> str:
     n = f"{op.b}.shape[0]" if op.transposed else f"{op.b}.shape[1]"
     return f'''
-def forward(self, {signature}):
+def {name}(self, {signature}):
     a = {op.a}.reshape(-1, {op.a}.shape[-1])
     M, K = a.shape
     N = {n}
@@ -128,6 +128,27 @@ def render(op: Matmul, signature: str, imports: list[str], init: str, what: str)
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
               + common.model_class(init, forward(op, signature)))
     return source, f"template: matmul ({what}) with fused epilogue"
+
+
+def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, imports: list[str], init: str,
+                        what: str) -> tuple[str, str]:
+    """A matmul with its fused epilogue, then a row operation over the last dim of its result
+    (``softmax(gelu(x Wᵀ + b))``): two kernels, since a row spans many output tiles. The row
+    kernel's warps tune separately (``ROW_WARPS``)."""
+    helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
+    values = {**TUNE_VALUES, "ROW_WARPS": rowwise.WARPS, **({"TILE": rowwise.TILES} if row.inner else {})}
+    start = {**TUNE_START, "ROW_WARPS": 4, "TILE": 4096}
+    methods = (forward(op, signature, "_matmul")
+               + rowwise.forward(row, "y", "_rowwise", "ROW_WARPS")
+               + f"\ndef forward(self, {signature}):\n    return self._rowwise(self._matmul({signature}))\n")
+    source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
+                            f"store, then {rowwise.TITLES[row.kind]} over each row; {op.precision} dots.",
+                            imports)
+              + common.tunables(values, start, RESOURCES) + ("" if row.inner else "TILE = 4096\n")
+              + helper + common.DOT_HELPER
+              + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + rowwise.kernel(row)
+              + common.model_class(init, methods))
+    return source, f"template: matmul ({what}) with fused epilogue, then {rowwise.TITLES[row.kind]}"
 
 
 @dataclass

@@ -33,6 +33,8 @@ BODIES: dict[str, list[str]] = {
         "y = x / tl.sqrt(tl.sum(x * x, axis=0) / R + eps)[None, :]",
     ],
 }
+TILES = [1024, 2048, 4096, 8192]
+WARPS = [1, 2, 4, 8, 16]
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}
 
@@ -74,10 +76,11 @@ def kernel(op: Rowwise) -> str:
             f"BLOCK_I: tl.constexpr):\n{body}\n")
 
 
-def forward(op: Rowwise, signature: str) -> str:
+def forward(op: Rowwise, signature: str, name: str = "forward", warps: str = "num_warps") -> str:
+    """The method launching the kernel; a composed template names it and its warps tunable."""
     extra = "".join(f", {e}" for e in (op.weight, op.bias, op.eps) if e)
     return f'''
-def forward(self, {signature}):
+def {name}(self, {signature}):
     x = {op.arg}.contiguous()
     first, end = {op.first_dim}, {op.end_dim}
     outer, R, inner = (math.prod(x.shape[:first]), math.prod(x.shape[first:end]),
@@ -87,7 +90,7 @@ def forward(self, {signature}):
     block_i = max(1, min(triton.next_power_of_2(inner), TILE // block_r))
     grid = (outer, triton.cdiv(inner, block_i))
     {op.kind}_kernel[grid](out, x, R, inner{extra}, BLOCK_R=block_r, BLOCK_I=block_i,
-                           num_warps=num_warps)
+                           num_warps={warps})
     return out
 '''
 
@@ -95,7 +98,7 @@ def forward(self, {signature}):
 def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     """(candidate source, one-line edit description)."""
     title = TITLES[op.kind]
-    values = {"TILE": [1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16]}
+    values = {"TILE": TILES, "num_warps": WARPS}
     if not op.inner:
         values.pop("TILE")
     source = (common.header(f"Template: {title} over one extent in a single pass (whole slice in "
