@@ -64,6 +64,11 @@ class Worker:
         if self.process is not None and self.process.pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
+            # A worker killed while still starting has not made its own group yet (setsid is its
+            # first step), so the group kill finds nothing: kill the process itself as well,
+            # or join() waits its full timeout and a cancel misses its one-second promise.
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
             self.process.join(JOIN_S)
         if self.conn is not None:
             self.conn.close()

@@ -208,3 +208,22 @@ def test_200_files_dropped_at_once_are_all_recorded_within_10_s(kit, tmp_path):
     assert sorted(j["problem"] for j in jobs) == sorted(f.name for f in files)
     assert worst < 1.0, f"status took {worst:.2f} s"
     assert daemon.stop() == 0
+
+
+def test_a_worker_killed_while_it_is_still_starting_dies_at_once(tmp_path):
+    """Pause or cancel right after a (re)start reaches a worker before it has made its own
+    process group; the kill must not then wait out its join timeout."""
+    from kernelabd.config import load
+    from kernelabd.devices import cpu_device
+    from kernelabd.jobs_api import ensure_home
+    from kernelabd.scheduler import JOIN_S, Worker
+    from store.home import Home
+
+    home = ensure_home(Home(tmp_path / "home"))
+    worker = Worker(cpu_device())
+    worker.start(load(home.config), home)
+    process = worker.process
+    started = time.monotonic()
+    worker.kill()
+    assert time.monotonic() - started < JOIN_S / 2
+    assert process is not None and not process.is_alive()

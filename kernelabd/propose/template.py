@@ -28,7 +28,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelabd.capture import load_reference
 from kernelabd.propose.base import JobContext, Proposal
-from kernelabd.propose.templates import attention, common, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
 from kernelabd.propose.tune import params_of
 
 FUNCTIONS: dict[Any, str] = {
@@ -45,7 +45,7 @@ FUNCTIONS: dict[Any, str] = {
     operator.getitem: "getitem", torch.clone: "identity", torch.detach: "identity",
     torch.bmm: "matmul", torch.transpose: "transpose", torch.swapaxes: "transpose",
     torch.swapdims: "transpose", torch.permute: "permute", builtins.getattr: "getattr",
-    F.scaled_dot_product_attention: "sdpa",
+    F.scaled_dot_product_attention: "sdpa", F.conv2d: "conv2d", torch.conv2d: "conv2d",
 }
 METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
@@ -59,7 +59,7 @@ METHODS: dict[str, str] = {
 MODULES: dict[type, str] = {
     nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.GELU: "gelu",
     nn.Softmax: "softmax", nn.LogSoftmax: "log_softmax", nn.LayerNorm: "layer_norm",
-    nn.RMSNorm: "rms_norm", nn.Linear: "linear", nn.Identity: "identity",
+    nn.RMSNorm: "rms_norm", nn.Linear: "linear", nn.Identity: "identity", nn.Conv2d: "conv2d",
 }
 ELEMENTWISE = set(common.UNARY) | set(common.BINARY)
 REDUCTIONS = {"sum", "mean", "max"}
@@ -67,6 +67,7 @@ REDUCTIONS = {"sum", "mean", "max"}
 HARMLESS_KWARGS = {"inplace", "_stacklevel"}
 SCALAR_SYMBOLS = {"mul": "*", "div": "/", "add": "+", "sub": "-"}   # arithmetic on sizes
 SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
 @dataclass
@@ -116,6 +117,14 @@ def _module_op(node: fx.Node, module: nn.Module, kind: str) -> Op | None:
     if kind == "linear":
         return Op(node, kind, (x,), {"weight": f"{path}.weight",
                                      "bias": f"{path}.bias" if module.bias is not None else None})
+    if kind == "conv2d":
+        # the geometry is read from the module at run time (``self.conv.stride``), so it follows
+        # the instance; groups and padding mode are checked here, at trace time, by the matcher
+        return Op(node, kind, (x,), {"weight": f"{path}.weight",
+                                     "bias": f"{path}.bias" if module.bias is not None else None,
+                                     "stride": f"{path}.stride", "padding": f"{path}.padding",
+                                     "dilation": f"{path}.dilation", "groups": module.groups,
+                                     "padding_mode": module.padding_mode})
     return Op(node, kind, (x,))
 
 
@@ -162,7 +171,40 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
                                      "weight": _arg(node, 2, "weight"),
                                      "eps": _arg(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
+    if kind == "conv2d":
+        return _conv_op(node)
     return _view_or_attention_op(node, kind, x)
+
+
+def _geometry_literal(value: Any, strings: tuple[str, ...] = ()) -> str | None:
+    """A conv stride/padding/dilation given in the graph as an int, a pair of ints or (padding
+    only) "same"/"valid", as a Python literal; None for anything computed in the forward."""
+    if isinstance(value, str):
+        return repr(value) if value in strings else None
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if _dim(value) is not None:
+        return repr(value)
+    if isinstance(value, list | tuple) and len(value) == 2 and all(_dim(v) is not None for v in value):
+        return repr(tuple(value))
+    return None
+
+
+def _conv_op(node: fx.Node) -> Op | None:
+    """``F.conv2d(input, weight, bias, stride, padding, dilation, groups)``: the geometry must be
+    literal in the graph (fx inlines numbers the forward reads from attributes)."""
+    if set(node.kwargs) - set(CONV_ARGS) or len(node.args) > len(CONV_ARGS):
+        return None
+    given = {name: _arg(node, i, name) for i, name in enumerate(CONV_ARGS)}
+    stride = _geometry_literal(1 if given["stride"] is None else given["stride"])
+    padding = _geometry_literal(0 if given["padding"] is None else given["padding"], ("same", "valid"))
+    dilation = _geometry_literal(1 if given["dilation"] is None else given["dilation"])
+    groups = 1 if given["groups"] is None else given["groups"]
+    if stride is None or padding is None or dilation is None or _dim(groups) is None:
+        return None
+    return Op(node, "conv2d", (given["input"],),
+              {"weight": given["weight"], "bias": given["bias"], "stride": stride, "padding": padding,
+               "dilation": dilation, "groups": groups, "padding_mode": "zeros"})
 
 
 def _number(value: Any) -> bool:
@@ -258,7 +300,8 @@ class Graph:
 
     def shape(self, value: Any) -> tuple[int, ...] | None:
         if isinstance(value, fx.Node) and "tensor_meta" in value.meta:
-            return tuple(value.meta["tensor_meta"].shape)
+            meta = value.meta["tensor_meta"]           # a tuple of them for (values, indices)
+            return tuple(meta.shape) if hasattr(meta, "shape") else None
         if isinstance(value, str):
             return tuple(self.model.get_parameter(value.removeprefix("self.")).shape)
         return None
@@ -429,9 +472,10 @@ def match_matmul_rowwise(g: Graph, init: list[Any], precision: str) -> tuple[str
     if len(g.ops) < 2 or g.out is not g.ops[-1].node:
         return None
     last = g.ops[-1]
+    if last.kind not in ("softmax", "log_softmax") or last.attrs["dim"] is None:
+        return None
     shape = g.shape(last.args[0])
-    if last.kind not in ("softmax", "log_softmax") or not shape or last.attrs["dim"] is None \
-            or last.attrs["dim"] % len(shape) != len(shape) - 1:
+    if not shape or last.attrs["dim"] % len(shape) != len(shape) - 1:
         return None
     found = _matmul_spec(g, g.ops[:-1], g.resolve(last.args[0]), precision)
     if found is None:
@@ -462,6 +506,62 @@ def match_mlp(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | No
     if any(n is None for n in names):
         return None
     return matmul.render_mlp(matmul.GatedMLP(*names, precision), g.signature, *init)
+
+
+def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
+    """The traced shape of a node, or of a forward-side expression: an input's name, or a
+    parameter or buffer of the model (``self.conv.weight``)."""
+    if isinstance(value, fx.Node):
+        return g.shape(value)
+    if not isinstance(value, str):
+        return None
+    if value.startswith("self."):
+        name = value.removeprefix("self.")
+        for get in (g.model.get_parameter, g.model.get_buffer):
+            try:
+                return tuple(get(name).shape)
+            except AttributeError:
+                continue
+        return None
+    node = next((n for n in g.inputs if str(n.target) == value), None)
+    return g.shape(node) if node is not None else None
+
+
+def _per_channel(shape: tuple[int, ...] | None, out: tuple[int, ...]) -> bool:
+    """Whether an operand broadcasts against the NCHW output along the channels only (a
+    ``(C_out, 1, 1)`` bias): then the kernel reads it per column. With one output channel the
+    flat path is used, since the run-time channel count may differ from the traced one."""
+    if shape is None or len(shape) > len(out) or len(shape) < 3 or out[1] == 1:
+        return False
+    aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
+    return aligned[1] == out[1] and all(d == 1 for i, d in enumerate(aligned) if i != 1)
+
+
+def match_conv(g: Graph, init: list[Any], precision: str) -> tuple[str, str] | None:
+    """``nn.Conv2d``/``F.conv2d`` (groups 1, zero padding, any stride/padding/dilation, NCHW
+    input) followed by an elementwise epilogue whose result is the graph's output."""
+    if not g.ops or g.ops[0].kind != "conv2d":
+        return None
+    op, rest = g.ops[0], g.ops[1:]
+    if op.attrs["groups"] != 1 or op.attrs["padding_mode"] != "zeros":
+        return None
+    out_shape = g.shape(op.node)
+    if g.out is not (rest[-1].node if rest else op.node) or not out_shape or g.shape(g.out) != out_shape:
+        return None
+    x, weight = g.leaf(op.args[0]), g.leaf(op.attrs["weight"])
+    x_shape, w_shape = g.shape(op.args[0]), _tensor_shape(g, weight)
+    bias = g.leaf(op.attrs["bias"]) if op.attrs["bias"] is not None else None
+    if (x is None or weight is None or not x_shape or len(x_shape) != 4 or not w_shape
+            or len(w_shape) != 4 or w_shape[1] != x_shape[1] or (op.attrs["bias"] is not None and bias is None)):
+        return None
+    chain = common.Chain(result="acc")
+    if g.chain(rest, chain, {op.node: "acc"}) is None:
+        return None
+    channel = [_per_channel(_tensor_shape(g, t), out_shape) for t in chain.tensors]
+    spec = conv.Conv(x, weight, bias, op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"],
+                     chain, precision, channel)
+    what = " + ".join(["conv2d", *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
+    return conv.render(spec, g.signature, *init, what)
 
 
 class _Attention:
@@ -629,6 +729,7 @@ def instantiate(reference_source: str, sidecar: str | None = None) -> tuple[str,
     init = list(parts)
     for attempt in (lambda: match_attention(g, init, precision),
                     lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
+                    lambda: match_conv(g, init, precision),
                     lambda: match_matmul_rowwise(g, init, precision),
                     lambda: match_rowwise(g, init),
                     lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
