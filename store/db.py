@@ -170,6 +170,11 @@ class StoreError(RuntimeError):
     """The database cannot be used as asked (missing, newer schema, not writable)."""
 
 
+class NotCreatedYet(StoreError):
+    """The file exists but holds no schema yet: its writer is creating it this moment (or it
+    is not a kernelab database). Readers treat it as no database at all."""
+
+
 def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open the database; the writer also creates and migrates it.
 
@@ -199,6 +204,10 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == 0:
+        conn.close()
+        raise NotCreatedYet(f"{path}: no database yet (its schema is being created, or this is "
+                            "not a kernelab database)")
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path}: schema version {version} is newer than this kernelab "
                          f"({SCHEMA_VERSION}); upgrade kernelab")

@@ -122,3 +122,22 @@ def test_heartbeat_keeps_the_start_time(store):
     store.heartbeat(1, "h", "0.1", "busy", started_at=None)
     row = store.conn.execute("SELECT started_at, status FROM daemon").fetchone()
     assert tuple(row) == (100.0, "busy")
+
+
+def test_a_file_whose_schema_is_still_being_created_reads_as_no_database(tmp_path):
+    """The writer creates the file, then the schema: a reader in between (``kernelab status``
+    while the daemon starts) must see "no database yet", not a missing table."""
+    import subprocess
+    import sys
+
+    from store.db import NotCreatedYet
+
+    path = tmp_path / "home" / "kernelab.db"
+    path.parent.mkdir()
+    sqlite3.connect(path).close()                 # the file exists, user_version 0, no tables
+    with pytest.raises(NotCreatedYet, match="no database yet"):
+        connect(path, readonly=True)
+    out = subprocess.run([sys.executable, "-m", "kernelabd", "status", "--json", "--home",
+                          str(path.parent)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"jobs": [], "devices": []}

@@ -8,7 +8,7 @@ import time
 import click
 
 from kernelabd.jobs_api import home_option
-from store.db import connect
+from store.db import NotCreatedYet, connect
 from store.home import Home, resolve_home
 from store.status import daemon as daemon_row
 from store.status import snapshot
@@ -48,16 +48,19 @@ def _render(data: dict, daemon: dict | None) -> None:
 def status(home_dir: str | None, as_json: bool) -> None:
     """Show jobs and devices."""
     home: Home = resolve_home(home_dir)
-    if not home.db.exists():
-        data: dict = {"jobs": [], "devices": []}
-        daemon = None
-    else:
-        conn = connect(home.db, readonly=True)
+    data: dict = {"jobs": [], "devices": []}
+    daemon = None
+    if home.db.exists():
         try:
-            data = snapshot(conn, home)
-            daemon = daemon_row(conn)
-        finally:
-            conn.close()
+            conn = connect(home.db, readonly=True)
+        except NotCreatedYet:       # the daemon is creating it this moment: nothing to show yet
+            conn = None
+        if conn is not None:
+            try:
+                data = snapshot(conn, home)
+                daemon = daemon_row(conn)
+            finally:
+                conn.close()
     if as_json:
         click.echo(json.dumps(data))
     else:
