@@ -309,15 +309,9 @@ class Loop:
             self.rec.event("ceilings.measured", describe(ceilings)
                            + ("" if kept else " (no device row: kept with this job only)"),
                            job_id=self.job_id)
-        return floor_ms(capture, ceilings, tf32=self._tf32())
+        from kernelabd.problem import load_problem
 
-    def _tf32(self) -> bool:
-        import tomllib
-
-        try:
-            return bool(tomllib.loads(self.job.get("sidecar") or "").get("tf32", False))
-        except tomllib.TOMLDecodeError:
-            return False
+        return floor_ms(capture, ceilings, tf32=load_problem(self.reference).sidecar.tf32)
 
     def check_reference(self) -> None:
         """Static checks in trusted code, before any sandbox is started."""
