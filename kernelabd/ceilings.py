@@ -33,7 +33,7 @@ CPU_SIZES = {"copy_bytes": 1 << 24, "matmul_n": 256}
 on a CPU small enough to cost well under a second."""
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+def device_timer(device: torch.device) -> Callable[[Callable[[], Any]], float]:
     """A function timing one call in milliseconds on ``device``'s own clock."""
     import torch
 
@@ -65,7 +65,7 @@ def copy_bandwidth(device: torch.device, nbytes: int) -> float:
 
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    ms = _best_ms(_timer(device), lambda: dst.copy_(src))
+    ms = _best_ms(device_timer(device), lambda: dst.copy_(src))
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
@@ -78,7 +78,7 @@ def matmul_rate(device: torch.device, n: int, dtype: torch.dtype, tf32: bool = F
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
-        ms = _best_ms(_timer(device), lambda: torch.mm(a, b))
+        ms = _best_ms(device_timer(device), lambda: torch.mm(a, b))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * n ** 3 / (ms * 1e-3) / 1e12

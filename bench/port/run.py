@@ -108,7 +108,10 @@ class Timer:
     def __init__(self, device: str) -> None:
         import torch
 
+        from kernelabd.ceilings import device_timer
+
         self.torch = torch
+        self.clock = device_timer(torch.device(device))
         self.cuda = device.startswith("cuda")
         if self.cuda:
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 << 20)
@@ -117,19 +120,10 @@ class Timer:
             self.flush_buf = torch.empty(CPU_FLUSH_BYTES, dtype=torch.uint8)
 
     def once(self, fn: Any) -> float:
-        torch = self.torch
         self.flush_buf.zero_()
-        if not self.cuda:
-            t0 = time.perf_counter_ns()
-            fn()
-            return (time.perf_counter_ns() - t0) / 1e6
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        return self.clock(fn)
 
 
 def time_interleaved(variants: dict[str, Any], timer: Timer, rounds: int, reps: int, warmup: int,
