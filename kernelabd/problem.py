@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelabd.pysource import parse
+
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 VARIANTS = ("base", "scaled", "heavy")
 TARGETS = ("triton",)
@@ -73,7 +75,7 @@ def parse_source(path: Path, required: tuple[str, ...]) -> tuple[str, ast.Module
     except (OSError, UnicodeDecodeError) as exc:
         raise ProblemError(f"{path}: cannot read: {_one_line(exc)}") from exc
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse(source, filename=str(path))
     except SyntaxError as exc:
         raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
     missing = [n for n in required if n not in _top_level_names(tree)]

@@ -81,6 +81,8 @@ class KernelabApp(App[None]):
         self.exit()
 
     def _poll(self) -> None:
+        if not self.screen_stack:
+            return  # shutting down: Textual closes the screens before it stops our timer
         if self._tty_fd is not None and not os.isatty(self._tty_fd):
             self._hang_up()
             return

@@ -61,6 +61,7 @@ from typing import Any
 from kernelabd.propose.base import JobContext, Proposal, ProposerUnavailable
 from kernelabd.propose.templates import common
 from kernelabd.propose.tune import params_of
+from kernelabd.pysource import parse
 
 log = logging.getLogger("kernelab.propose.inductor")
 
@@ -185,7 +186,7 @@ def _dict_value(node: ast.AST | None, key: str) -> Any:
 
 def parse_kernel(name: str, source: str) -> Kernel:
     """One kernel's source (as handed to ``async_compile.triton``) as a ``Kernel``."""
-    tree = ast.parse(source)
+    tree = parse(source)
     fns = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     if len(fns) != 1 or fns[0].name != name:
         raise Unsupported(f"kernel {name}: expected one function of that name in its source")
@@ -237,7 +238,7 @@ def parse_kernel(name: str, source: str) -> Kernel:
 
 def parse_output_code(code: str) -> tuple[list[Kernel], ast.FunctionDef]:
     """The Triton kernels of Inductor's output module and its ``call(args)`` function."""
-    tree = ast.parse(code)
+    tree = parse(code)
     kernels: list[Kernel] = []
     call: ast.FunctionDef | None = None
     for node in ast.walk(tree):
@@ -379,7 +380,7 @@ def _check_call(fn: ast.FunctionDef, kernels: dict[str, Kernel]) -> None:
 def rewrite_call(call: ast.FunctionDef, kernels: list[Kernel]) -> str:
     """The source of ``call(args, device)`` for the candidate."""
     by_name = {k.name: k for k in kernels}
-    fn = _CallRewriter(by_name).visit(ast.parse(textwrap.dedent(ast.unparse(call))).body[0])
+    fn = _CallRewriter(by_name).visit(parse(textwrap.dedent(ast.unparse(call))).body[0])
     fn.args.args = [a for a in fn.args.args if a.arg != "self"]
     ast.fix_missing_locations(fn)
     _check_call(fn, by_name)
@@ -408,7 +409,7 @@ def helper_sources(names: set[str]) -> list[str]:
         if not is_helper(n):
             raise Unsupported(f"kernels use triton_helpers.{n}, which is not a @triton.jit helper")
         src = textwrap.dedent(inspect.getsource(getattr(triton_helpers, n).fn))
-        tree = ast.parse(src)
+        tree = parse(src)
         fn = tree.body[0]
         local = {a.arg for a in fn.args.args} | {t.id for t in ast.walk(fn)
                                                  if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
@@ -591,7 +592,7 @@ def _interpreter_block(libdevice_used: set[str], helpers_used: set[str]) -> str:
 
 def _forward(reference_source: str, capture: Capture) -> str:
     """``forward``: the reference's signature, Inductor's graph inputs in Dynamo's order, ``call``."""
-    tree = ast.parse(reference_source)
+    tree = parse(reference_source)
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
     fwd = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
     if fwd is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelabd.propose.base import JobContext, Proposal
+from kernelabd.pysource import parse
 
 MAX_WARPS = 32  # Triton launches at most 32 warps (1024 threads) per program
 SMEM_PER_PROGRAM = 232_448
@@ -54,7 +55,7 @@ def _module_assignments(tree: ast.Module) -> dict[str, ast.Assign]:
 def parse_tunables(source: str) -> list[Tunable]:
     """The declared tunables of ``source``, in declaration order; [] when none are declared."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         raise TunablesError(f"candidate does not parse: {exc.msg} (line {exc.lineno})") from exc
     assigns = _module_assignments(tree)
@@ -149,7 +150,7 @@ def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
 def resources_of(source: str) -> dict[str, Any] | None:
     """The candidate's ``RESOURCES`` literal, if it declares one that reads as a dict."""
     try:
-        decl = _module_assignments(ast.parse(source)).get("RESOURCES")
+        decl = _module_assignments(parse(source)).get("RESOURCES")
         value = ast.literal_eval(decl.value) if decl is not None else None
     except (SyntaxError, ValueError):
         return None

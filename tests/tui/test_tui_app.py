@@ -228,6 +228,19 @@ async def test_an_idle_database_causes_no_reload(db_path: Path) -> None:
         assert app.generation == generation
 
 
+async def test_a_poll_during_shutdown_is_harmless(db_path: Path) -> None:
+    """Textual closes the screens before it stops the app's timers, so a poll can land on an
+    empty screen stack; it used to raise ScreenStackError and crash the exiting app."""
+    app = make_app(db_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+    assert app.screen_stack == []
+    try:
+        app._poll()
+    finally:
+        app.reader.close()
+
+
 async def test_missing_database_is_explained_then_picked_up(tmp_path: Path) -> None:
     path = tmp_path / "kernelab.db"
     app = make_app(path)

@@ -15,6 +15,8 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
+from kernelabd.pysource import parse
+
 # Elementwise ops in fp32 Triton; ``{0}``/``{1}`` are operand expressions.
 # tanh(z) = 2·sigmoid(2z) − 1 keeps to tl.exp, which every Triton backend (and the
 # interpreter) provides.
@@ -132,7 +134,7 @@ def model_class(init_source: str, forward: str) -> str:
 
 def reference_parts(source: str) -> tuple[list[str], str] | None:
     """The reference's import lines and the source of ``Model.__init__`` (None without one)."""
-    tree = ast.parse(source)
+    tree = parse(source)
     imports = [ast.get_source_segment(source, n) or "" for n in tree.body
                if isinstance(n, ast.Import | ast.ImportFrom)]
     for node in tree.body:
