@@ -679,7 +679,7 @@ class _Captured(Exception):
     """Raised from Inductor's output-code hook: the code is in hand, stop before compiling."""
 
 
-def _use_stand_in_driver() -> None:
+def use_stand_in_driver() -> None:
     """Let Inductor's Triton code generation run without a GPU: it asks the active Triton
     driver for a target only to hash and pick options. Code generation only; nothing built
     with this driver is ever launched."""
@@ -731,7 +731,7 @@ def _configure(device: str) -> None:
     fx_config.use_duck_shape = False      # equal sizes must not become one symbol
     if device == "cpu":
         inductor_config.cpu_backend = "triton"
-        _use_stand_in_driver()
+        use_stand_in_driver()
 
 
 def _source_expr(name: str, forward_params: list[str]) -> str | None:

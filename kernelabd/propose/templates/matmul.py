@@ -134,12 +134,12 @@ def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, import
                         what: str) -> tuple[str, str]:
     """A matmul with its fused epilogue, then a row operation over the last dim of its result
     (``softmax(gelu(x Wᵀ + b))``): two kernels, since a row spans many output tiles. The row
-    kernel's warps tune separately (``ROW_WARPS``)."""
+    kernel's elements per thread tune separately (``ROW_PER_THREAD``)."""
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
-    values = {**TUNE_VALUES, "ROW_WARPS": rowwise.WARPS, **({"TILE": rowwise.TILES} if row.inner else {})}
-    start = {**TUNE_START, "ROW_WARPS": 4, "TILE": 4096}
+    values = {**TUNE_VALUES, "ROW_PER_THREAD": rowwise.PER_THREAD, **({"TILE": rowwise.TILES} if row.inner else {})}
+    start = {**TUNE_START, "ROW_PER_THREAD": 16, "TILE": 4096}
     methods = (forward(op, signature, "_matmul")
-               + rowwise.forward(row, "y", "_rowwise", "ROW_WARPS")
+               + rowwise.forward(row, "y", "_rowwise", "ROW_PER_THREAD")
                + f"\ndef forward(self, {signature}):\n    return self._rowwise(self._matmul({signature}))\n")
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store, then {rowwise.TITLES[row.kind]} over each row; {op.precision} dots.",

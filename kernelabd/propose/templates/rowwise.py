@@ -34,7 +34,13 @@ BODIES: dict[str, list[str]] = {
     ],
 }
 TILES = [1024, 2048, 4096, 8192]
-WARPS = [1, 2, 4, 8, 16]
+PER_THREAD = [4, 8, 16, 32, 64]
+"""Slice elements each thread holds: the warps follow from the slice's size at run time, so a
+16384-wide softmax row gets 16 warps instead of spilling from 4. (ptxas for sm_90, at the port
+benchmark's 8192×16384 softmax: 4 fixed warps, 128 elements a thread, use 255 registers and
+spill 192 bytes a thread; see bench/port/README.md.)"""
+MAX_WARPS = 16
+"""More warps would cap each thread at 64 registers (65536 per SM over 1024 threads)."""
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}
 
@@ -76,8 +82,9 @@ def kernel(op: Rowwise) -> str:
             f"BLOCK_I: tl.constexpr):\n{body}\n")
 
 
-def forward(op: Rowwise, signature: str, name: str = "forward", warps: str = "num_warps") -> str:
-    """The method launching the kernel; a composed template names it and its warps tunable."""
+def forward(op: Rowwise, signature: str, name: str = "forward", per_thread: str = "PER_THREAD") -> str:
+    """The method launching the kernel; a composed template names it and its per-thread
+    tunable."""
     extra = "".join(f", {e}" for e in (op.weight, op.bias, op.eps) if e)
     return f'''
 def {name}(self, {signature}):
@@ -88,9 +95,10 @@ def {name}(self, {signature}):
     out = torch.empty_like(x)
     block_r = triton.next_power_of_2(R)
     block_i = max(1, min(triton.next_power_of_2(inner), TILE // block_r))
+    warps = min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(block_r * block_i, 32 * {per_thread})))
     grid = (outer, triton.cdiv(inner, block_i))
     {op.kind}_kernel[grid](out, x, R, inner{extra}, BLOCK_R=block_r, BLOCK_I=block_i,
-                           num_warps={warps})
+                           num_warps=warps)
     return out
 '''
 
@@ -98,12 +106,12 @@ def {name}(self, {signature}):
 def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     """(candidate source, one-line edit description)."""
     title = TITLES[op.kind]
-    values = {"TILE": TILES, "num_warps": WARPS}
+    values = {"TILE": TILES, "PER_THREAD": PER_THREAD}
     if not op.inner:
         values.pop("TILE")
     source = (common.header(f"Template: {title} over one extent in a single pass (whole slice in "
                             "registers, fp32 statistics).", imports)
-              + common.tunables(values, {"TILE": 4096, "num_warps": 4})
+              + common.tunables(values, {"TILE": 4096, "PER_THREAD": 16})
               + ("" if op.inner else "TILE = 4096\n")
               + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {title} (fused, one pass)"

@@ -1,0 +1,241 @@
+"""Compile each port seed of the suite for the H200 (sm_90) on a machine without a GPU, and
+report what ptxas made of every kernel: registers, stack (spills), shared memory.
+
+    python3 bench/port/sm90.py [--only NAME ...] [--proposer template|inductor] [--out DIR]
+                               [--set TUNABLE=VALUE ...]
+
+The Triton interpreter, which gates candidates on CPU, accepts code the GPU compiler rejects and
+says nothing of registers or spills; this closes that gap before any GPU time is spent. Each
+seed's ``ModelNew`` is built at the problem's ``[sizes.cuda]`` sizes and called on CPU tensors
+with every Triton launch replaced by a compile for sm_90 (a stand-in driver supplies the target;
+nothing runs, the outputs are garbage and unused). Resource use is read from the cubin Triton
+built (``cuobjdump --dump-resource-usage``, from Triton's wheel).
+
+The seeds are kernelab's own proposers' output, executed in this process: this is a developer's
+check of the templates, not a gate for untrusted code.
+
+Exit status: 0 when every seed compiled and fits (no spills under register pressure, shared
+memory and registers within one SM's limits), 1 otherwise; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.pop("TRITON_INTERPRET", None)   # compile for the GPU, never interpret
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+from kernelabd.capture import load_reference  # noqa: E402
+from kernelabd.problem import load_problem  # noqa: E402
+from kernelabd.propose.base import Budget, JobContext, Proposer  # noqa: E402
+from kernelabd.propose.inductor import InductorProposer, use_stand_in_driver  # noqa: E402
+from kernelabd.propose.template import TemplateProposer  # noqa: E402
+from kernelabd.propose.tune import SMEM_PER_PROGRAM, apply_edit, parse_tunables  # noqa: E402
+
+PROBLEMS = ROOT / "bench" / "port" / "problems"
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS = 255
+
+
+@dataclass
+class KernelUse:
+    """ptxas's account of one compiled kernel."""
+
+    problem: str
+    proposer: str
+    kernel: str
+    num_warps: int
+    num_stages: int
+    registers: int
+    stack_bytes: int        # per thread, in local memory: spills, or values parked outside
+                            # the hot loop with registers to spare (the fp32 matmul's 8 B)
+    smem_bytes: int         # dynamic shared memory per program
+
+    @property
+    def register_cap(self) -> int:
+        """Registers a thread may use at this many warps: ptxas spills beyond it."""
+        return min(MAX_REGISTERS, REGISTERS_PER_SM // (32 * self.num_warps) // 8 * 8)
+
+    @property
+    def problems(self) -> list[str]:
+        """Why this kernel would run badly or not at all on an H100/H200; [] when it fits."""
+        found = []
+        if self.stack_bytes and self.registers >= self.register_cap:
+            found.append(f"spills under register pressure ({self.stack_bytes} B stack a thread)")
+        if self.smem_bytes > SMEM_PER_PROGRAM:
+            found.append(f"shared memory {self.smem_bytes} B > {SMEM_PER_PROGRAM} B")
+        if self.registers * 32 * self.num_warps > REGISTERS_PER_SM:
+            found.append(f"{self.registers} registers × {32 * self.num_warps} threads > one SM's")
+        return found
+
+
+def resource_usage(cubin: bytes) -> dict[str, int]:
+    """REG/STACK/SHARED/LOCAL of the one function in ``cubin``, as cuobjdump prints them."""
+    tool = triton.knobs.nvidia.cuobjdump.path
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+    fields = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
+    if "REG" not in fields:
+        raise RuntimeError(f"cuobjdump printed no resource usage: {out[-300:]}")
+    return {k: int(v) for k, v in fields.items()}
+
+
+class CompileOnly:
+    """While active, a Triton launch compiles for the stand-in driver's target and returns
+    without running; the compiled kernels are kept in launch order."""
+
+    def __init__(self) -> None:
+        self.kernels: list[tuple[str, Any]] = []
+        self._run = JITFunction.run
+
+    def __enter__(self) -> CompileOnly:
+        original, kernels = self._run, self.kernels
+
+        def compile_only(fn: JITFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            kernel = original(fn, *args, grid=grid, warmup=True, **kwargs)
+            kernels.append((fn.fn.__name__, kernel))
+            return kernel
+
+        JITFunction.run = compile_only
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        JITFunction.run = self._run
+
+
+def seed(problem: Path, proposer: Proposer) -> tuple[str, str] | str:
+    """(source, edit) of the proposer's first candidate for ``problem``, or why there is none."""
+    ctx = JobContext(job_id=0, problem=problem.stem, reference_source=problem.read_text(),
+                     device="cpu", budget=Budget(candidates_left=1, seconds_left=600.0),
+                     sidecar=problem.with_suffix(".toml").read_text())
+    proposal = proposer.propose(ctx)
+    if proposal is None:
+        return getattr(proposer, "last_reason", None) or "no candidate"
+    return proposal.source, proposal.edit
+
+
+def with_values(source: str, values: dict[str, int]) -> str:
+    """``source`` with declared tunables set as the tuner would set them (``--set``); a name
+    the seed does not declare is left alone, since seeds of different families differ."""
+    for tunable in parse_tunables(source):
+        if tunable.name in values:
+            source = apply_edit(source, tunable, values[tunable.name])
+    return source
+
+
+def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]]:
+    """Build the seed's ModelNew at the GPU sizes and compile every kernel its forward launches.
+    (Triton reads a kernel's source from its file, so the seed is written to ``work`` first.)"""
+    path = work / f"{problem.stem}_seed.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    sidecar = load_problem(problem).sidecar
+    reference, model, inputs = load_reference(problem.read_text(), sidecar.constants_for("cuda"))
+    candidate = module.ModelNew(*reference.get_init_inputs())
+    candidate.load_state_dict(model.state_dict())
+    with torch.no_grad(), CompileOnly() as compiled:
+        candidate(*inputs)
+    return compiled.kernels
+
+
+def check(problem: Path, proposer_name: str, work: Path,
+          values: dict[str, int]) -> tuple[list[KernelUse], str | None]:
+    """The kernels of one problem's seed, or the reason it could not be compiled."""
+    proposer: Proposer = (TemplateProposer() if proposer_name == "template"
+                          else InductorProposer(on_cpu=True))
+    found = seed(problem, proposer)
+    if isinstance(found, str):
+        return [], f"no seed: {found}"
+    try:
+        kernels = compile_seed(problem, with_values(found[0], values), work)
+    except Exception as exc:  # a compile error is this check's finding, not its crash
+        return [], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+    if not kernels:
+        return [], "the seed launched no Triton kernel"
+    uses = []
+    for name, kernel in kernels:
+        usage = resource_usage(kernel.asm["cubin"])
+        uses.append(KernelUse(problem.stem, proposer_name, name, kernel.metadata.num_warps,
+                              kernel.metadata.num_stages, usage["REG"],
+                              usage.get("STACK", 0) + usage.get("LOCAL", 0), kernel.metadata.shared))
+    return uses, None
+
+
+def table(rows: list[KernelUse], failures: dict[str, str]) -> str:
+    lines = ["| problem | kernel | warps | stages | registers | stack B | smem KiB | verdict |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        verdict = "; ".join(r.problems) or "fits"
+        lines.append(f"| {r.problem} | {r.kernel} | {r.num_warps} | {r.num_stages} | {r.registers} "
+                     f"| {r.stack_bytes} | {r.smem_bytes / 1024:.1f} | {verdict} |")
+    lines += [f"| {name} | — | | | | | | FAILED: {why} |" for name, why in failures.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="problems to check (default: all)")
+    parser.add_argument("--proposer", choices=["template", "inductor"], default="template")
+    parser.add_argument("--out", type=Path, help="also write kernels.jsonl and table.md here")
+    parser.add_argument("--set", nargs="+", default=[], metavar="TUNABLE=VALUE",
+                        help="compile with these tunables changed, as the tuner would change them")
+    args = parser.parse_args(argv)
+    values: dict[str, int] = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if not name or not value.lstrip("-").isdigit():
+            parser.error(f"--set {item!r}: expected TUNABLE=INTEGER")
+        values[name] = int(value)
+    problems = sorted(PROBLEMS.glob("*.py"))
+    if args.only:
+        unknown = set(args.only) - {p.stem for p in problems}
+        if unknown:
+            parser.error(f"unknown problem(s): {', '.join(sorted(unknown))}")
+        problems = [p for p in problems if p.stem in args.only]
+    use_stand_in_driver()
+    rows: list[KernelUse] = []
+    failures: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as work:
+        for i, problem in enumerate(problems, 1):
+            print(f"[{i}/{len(problems)}] {problem.stem}", file=sys.stderr, flush=True)
+            uses, failure = check(problem, args.proposer, Path(work), values)
+            rows += uses
+            if failure:
+                failures[problem.stem] = failure
+    text = table(rows, failures)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / "kernels.jsonl").open("w") as f:
+            for r in rows:
+                f.write(json.dumps({**asdict(r), "problems": r.problems}) + "\n")
+        (args.out / "table.md").write_text(text + "\n")
+    print(f"triton {triton.__version__}, target sm_90, proposer {args.proposer}")
+    print(text)
+    return 1 if failures or any(r.problems for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
