@@ -2,7 +2,7 @@
 report what ptxas made of every kernel: registers, stack (spills), shared memory.
 
     python3 bench/port/sm90.py [--only NAME ...] [--proposer template|inductor] [--out DIR]
-                               [--set TUNABLE=VALUE ...]
+                               [--set TUNABLE=VALUE ...] [--grid N]
 
 The Triton interpreter, which gates candidates on CPU, accepts code the GPU compiler rejects and
 says nothing of registers or spills; this closes that gap before any GPU time is spent. Each
@@ -10,6 +10,10 @@ seed's ``ModelNew`` is built at the problem's ``[sizes.cuda]`` sizes and called 
 with every Triton launch replaced by a compile for sm_90 (a stand-in driver supplies the target;
 nothing runs, the outputs are garbage and unused). Resource use is read from the cubin Triton
 built (``cuobjdump --dump-resource-usage``, from Triton's wheel).
+
+``--grid N`` also compiles up to N configurations of each seed's declared ``TUNABLES`` (a
+seeded random sample of the grid) and compares the tune proposer's pruning (``fits``: an
+estimate from the tiles a candidate declares in ``RESOURCES``) with what ptxas made of them.
 
 The seeds are kernelab's own proposers' output, executed in this process: this is a developer's
 check of the templates, not a gate for untrusted code.
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -41,12 +47,19 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from kernelabd.capture import load_reference  # noqa: E402
+from kernelabd.capture import load_reference, main_dtype  # noqa: E402
 from kernelabd.problem import load_problem  # noqa: E402
 from kernelabd.propose.base import Budget, JobContext, Proposer  # noqa: E402
 from kernelabd.propose.inductor import InductorProposer, use_stand_in_driver  # noqa: E402
 from kernelabd.propose.template import TemplateProposer  # noqa: E402
-from kernelabd.propose.tune import SMEM_PER_PROGRAM, apply_edit, parse_tunables  # noqa: E402
+from kernelabd.propose.tune import (  # noqa: E402
+    SMEM_PER_PROGRAM,
+    Target,
+    apply_edit,
+    fits,
+    parse_tunables,
+    resources_of,
+)
 
 PROBLEMS = ROOT / "bench" / "port" / "problems"
 REGISTERS_PER_SM = 65536
@@ -175,13 +188,84 @@ def check(problem: Path, proposer_name: str, work: Path,
         return [], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
     if not kernels:
         return [], "the seed launched no Triton kernel"
-    uses = []
-    for name, kernel in kernels:
-        usage = resource_usage(kernel.asm["cubin"])
-        uses.append(KernelUse(problem.stem, proposer_name, name, kernel.metadata.num_warps,
-                              kernel.metadata.num_stages, usage["REG"],
-                              usage.get("STACK", 0) + usage.get("LOCAL", 0), kernel.metadata.shared))
+    uses = [_use(problem, name, kernel) for name, kernel in kernels]
+    for use in uses:
+        use.proposer = proposer_name
     return uses, None
+
+
+def grid(source: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Up to ``n`` configurations of the declared tunables: the whole grid when it is that
+    small, else a seeded random sample of it."""
+    tunables = parse_tunables(source)
+    combos = list(itertools.product(*(t.values for t in tunables)))
+    if len(combos) > n:
+        combos = random.Random(seed).sample(combos, n)
+    return [dict(zip((t.name for t in tunables), combo, strict=True)) for combo in combos]
+
+
+def target_of(problem: Path) -> Target:
+    """The tuner's view of a GPU job for ``problem``: its main dtype at the GPU sizes."""
+    sidecar = load_problem(problem).sidecar
+    _, model, inputs = load_reference(problem.read_text(), sidecar.constants_for("cuda"))
+    dtype = main_dtype([*inputs, *model.parameters()]) or ""
+    return Target(gpu=True, elem_bytes=2 if dtype in ("torch.float16", "torch.bfloat16") else 4)
+
+
+@dataclass
+class Pruning:
+    """The tuner's verdict on one configuration next to ptxas's."""
+
+    problem: str
+    params: dict[str, Any]
+    predicted_fit: bool
+    compiled_fit: bool | None      # None: the configuration did not compile
+    why: str
+
+    @property
+    def agrees(self) -> bool:
+        return self.predicted_fit == bool(self.compiled_fit)
+
+
+def check_grid(problem: Path, n: int, work: Path) -> list[Pruning]:
+    """The tuner's pruning against ptxas over a sample of one template seed's grid."""
+    found = seed(problem, TemplateProposer())
+    if isinstance(found, str):
+        return []
+    source = found[0]
+    resources, target = resources_of(source), target_of(problem)
+    verdicts = []
+    for params in grid(source, n):
+        predicted = fits(params, resources, target)
+        try:
+            kernels = compile_seed(problem, with_values(source, params), work)
+        except Exception as exc:  # an over-large tile that fails to compile is a finding
+            verdicts.append(Pruning(problem.stem, params, predicted, None,
+                                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120]}"))
+            continue
+        found_problems = [p for name, k in kernels for p in _use(problem, name, k).problems]
+        verdicts.append(Pruning(problem.stem, params, predicted, not found_problems,
+                                "; ".join(found_problems)))
+    return verdicts
+
+
+def _use(problem: Path, name: str, kernel: Any) -> KernelUse:
+    usage = resource_usage(kernel.asm["cubin"])
+    return KernelUse(problem.stem, "template", name, kernel.metadata.num_warps,
+                     kernel.metadata.num_stages, usage["REG"],
+                     usage.get("STACK", 0) + usage.get("LOCAL", 0), kernel.metadata.shared)
+
+
+def grid_table(verdicts: list[Pruning]) -> str:
+    lines = ["| problem | configs | tuner keeps | ptxas fits | agree | kept but spills/overflows "
+             "| pruned but fits |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in sorted({v.problem for v in verdicts}):
+        vs = [v for v in verdicts if v.problem == name]
+        lines.append(f"| {name} | {len(vs)} | {sum(v.predicted_fit for v in vs)} "
+                     f"| {sum(bool(v.compiled_fit) for v in vs)} | {sum(v.agrees for v in vs)} "
+                     f"| {sum(v.predicted_fit and not v.compiled_fit for v in vs)} "
+                     f"| {sum(not v.predicted_fit and bool(v.compiled_fit) for v in vs)} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[KernelUse], failures: dict[str, str]) -> str:
@@ -200,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="problems to check (default: all)")
     parser.add_argument("--proposer", choices=["template", "inductor"], default="template")
     parser.add_argument("--out", type=Path, help="also write kernels.jsonl and table.md here")
+    parser.add_argument("--grid", type=int, default=0, metavar="N",
+                        help="also compare the tuner's pruning with ptxas on up to N configurations a seed")
     parser.add_argument("--set", nargs="+", default=[], metavar="TUNABLE=VALUE",
                         help="compile with these tunables changed, as the tuner would change them")
     args = parser.parse_args(argv)
@@ -209,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         if not name or not value.lstrip("-").isdigit():
             parser.error(f"--set {item!r}: expected TUNABLE=INTEGER")
         values[name] = int(value)
+    if args.grid and args.proposer != "template":
+        parser.error("--grid samples the templates' declared tunables: use it with --proposer template")
     problems = sorted(PROBLEMS.glob("*.py"))
     if args.only:
         unknown = set(args.only) - {p.stem for p in problems}
@@ -218,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     use_stand_in_driver()
     rows: list[KernelUse] = []
     failures: dict[str, str] = {}
+    verdicts: list[Pruning] = []
     with tempfile.TemporaryDirectory() as work:
         for i, problem in enumerate(problems, 1):
             print(f"[{i}/{len(problems)}] {problem.stem}", file=sys.stderr, flush=True)
@@ -225,12 +314,20 @@ def main(argv: list[str] | None = None) -> int:
             rows += uses
             if failure:
                 failures[problem.stem] = failure
+            if args.grid:
+                verdicts += check_grid(problem, args.grid, Path(work))
     text = table(rows, failures)
+    if verdicts:
+        text += "\n\nThe tuner's pruning against ptxas:\n\n" + grid_table(verdicts)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         with (args.out / "kernels.jsonl").open("w") as f:
             for r in rows:
                 f.write(json.dumps({**asdict(r), "problems": r.problems}) + "\n")
+        if verdicts:
+            with (args.out / "pruning.jsonl").open("w") as f:
+                for v in verdicts:
+                    f.write(json.dumps(asdict(v)) + "\n")
         (args.out / "table.md").write_text(text + "\n")
     print(f"triton {triton.__version__}, target sm_90, proposer {args.proposer}")
     print(text)
