@@ -141,3 +141,16 @@ def test_the_sm90_check_catches_a_spilling_configuration(tmp_path):
     (row,) = rows
     assert row["num_warps"] == 2 and row["stack_bytes"] > 0
     assert any("spills" in p for p in row["problems"])
+
+
+def test_the_grid_mode_sets_the_tuners_pruning_beside_ptxas(tmp_path):
+    """--grid compiles sampled configurations of a seed's TUNABLES and records, for each, the
+    tune proposer's verdict and the compiler's; 128×128 fp32 FMA tiles at 4 warps spill."""
+    code, _ = sm90(tmp_path, "--only", "matmul_square", "--grid", "3",
+                   "--set", "BLOCK_M=128", "BLOCK_N=128", "num_warps=4")
+    verdicts = [json.loads(line) for line in (tmp_path / "pruning.jsonl").read_text().splitlines()]
+    assert len(verdicts) == 3 and {v["problem"] for v in verdicts} == {"matmul_square"}
+    assert all(isinstance(v["predicted_fit"], bool) and v["compiled_fit"] in (True, False, None)
+               for v in verdicts)
+    assert "The tuner's pruning against ptxas" in (tmp_path / "table.md").read_text()
+    assert code == 1, "the seed forced to 128×128 at 4 warps spills"

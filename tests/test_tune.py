@@ -114,6 +114,32 @@ def test_tiles_that_overflow_shared_memory_or_spill_are_pruned_on_a_gpu_only():
     assert fits({**big, "num_stages": 4}, None, H200_FP32), "nothing declared: launch limits only"
 
 
+def test_fp32_dots_without_tf32_get_half_the_accumulator_registers():
+    """128 accumulators a thread fit tensor-core dots but spill fp32 FMA dots (ptxas, sm_90:
+    bench/port/sm90.py --grid); a template says which dots it runs in RESOURCES."""
+    tile = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+    ieee, tf32 = {**MATMUL, "dots": "ieee"}, {**MATMUL, "dots": "tf32"}
+    assert not fits(tile, ieee, H200_FP32)
+    assert fits({**tile, "num_warps": 8}, ieee, H200_FP32), "64 a thread at 8 warps"
+    assert fits(tile, tf32, H200_FP32), "TF32 dots run on tensor cores"
+    assert fits(tile, ieee, H200_BF16), "bf16 operands take the tensor cores whatever the precision"
+
+
+def test_declared_register_tiles_count_beside_the_accumulators():
+    conv = {**MATMUL, "regs": [["BLOCK_M", "BLOCK_K"]], "dots": "ieee"}
+    tile = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}
+    assert fits(tile, {**MATMUL, "dots": "ieee"}, H200_FP32), "64 accumulators a thread"
+    assert not fits(tile, conv, H200_FP32), "64 + 32 gathered addresses"
+    assert fits({**tile, "BLOCK_N": 64}, conv, H200_FP32), "32 + 32"
+
+
+def test_templates_declare_their_dots_for_the_register_limit():
+    from kernelabd.propose.templates import common, conv, matmul
+    assert common.resources(matmul.RESOURCES, "ieee")["dots"] == "ieee"
+    assert common.resources(conv.RESOURCES, "tf32") == {**conv.RESOURCES, "dots": "tf32"}
+    assert ["BLOCK_M", "BLOCK_K"] in conv.RESOURCES["regs"]
+
+
 def test_the_tuner_skips_what_cannot_fit_and_proposes_the_next_move():
     from kernelabd.propose.templates.common import tunables
     source = '"""k"""' + tunables({"num_stages": [3, 4], "BLOCK_M": [64, 128], "BLOCK_N": [128],

@@ -24,7 +24,12 @@ SMEM_PER_PROGRAM = 232_448
 """Shared memory one program may use on Hopper (sm_90: 227 KiB); more fails to launch."""
 MAX_ACC_REGS = 128
 """fp32 accumulator registers per thread beyond which a tile spills to local memory (of 255;
-the rest hold addresses, operands and the pipeline)."""
+the rest hold addresses, operands and the pipeline), when the dots run on tensor cores."""
+MAX_ACC_REGS_FMA = 64
+"""The same for fp32 dots without TF32 (``RESOURCES["dots"] == "ieee"`` on an fp32 job): they
+run on the FMA units with both operand fragments in registers too. In ``bench/port/sm90.py
+--grid`` samples, every fp32 matmul configuration with 128 accumulator registers a thread
+spilled (Triton 3.6 and 3.9, sm_90)."""
 
 
 class TunablesError(ValueError):
@@ -130,8 +135,10 @@ def _tiles(tiles: Any, params: dict[str, Any]) -> int | None:
 def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
          target: Target = Target()) -> bool:
     """Prune configurations that cannot launch, or would spill, before spending an evaluation
-    on them: launch limits always; on a GPU, the shared memory and accumulator registers of the
-    tiles the candidate declares in ``RESOURCES``."""
+    on them: launch limits always; on a GPU, the shared memory and registers of the tiles the
+    candidate declares in ``RESOURCES`` — ``smem`` (per pipeline stage), ``acc`` (fp32
+    accumulators), ``regs`` (other per-element state a program keeps in registers, such as a
+    gathered tile's addresses) and ``dots`` (the dots' input precision)."""
     warps = params.get("num_warps")
     if isinstance(warps, int) and (warps < 1 or warps > MAX_WARPS or warps & (warps - 1)):
         return False
@@ -144,7 +151,11 @@ def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
     if smem is not None and max(1, stages or 1) * smem * target.elem_bytes > SMEM_PER_PROGRAM:
         return False
     acc = _tiles(resources.get("acc"), params)
-    return not (acc is not None and isinstance(warps, int) and acc / (32 * warps) > MAX_ACC_REGS)
+    if acc is None or not isinstance(warps, int):
+        return True
+    held = acc + (_tiles(resources.get("regs"), params) or 0)
+    fma = target.elem_bytes == 4 and resources.get("dots") == "ieee"
+    return held / (32 * warps) <= (MAX_ACC_REGS_FMA if fma else MAX_ACC_REGS)
 
 
 def resources_of(source: str) -> dict[str, Any] | None:

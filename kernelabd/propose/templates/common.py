@@ -14,6 +14,7 @@ import ast
 import re
 import textwrap
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernelabd.pysource import parse
 
@@ -112,8 +113,14 @@ def _dot(a, b, precision: tl.constexpr):
 """Every template's matrix products go through ``_dot``."""
 
 
+def resources(tiles: dict[str, list[list[str]]], precision: str) -> dict[str, Any]:
+    """A template's ``RESOURCES`` with its dots' input precision: fp32 ``ieee`` dots run on the
+    FMA units and need more registers than tensor-core ones (``tune.fits``)."""
+    return {**tiles, "dots": precision}
+
+
 def tunables(values: dict[str, list[int]], current: dict[str, int],
-             resources: dict[str, list[list[str]]] | None = None) -> str:
+             resources: dict[str, Any] | None = None) -> str:
     """``TUNABLES`` and one module-level assignment per tunable, as the tune proposer reads;
     ``RESOURCES`` names the tiles a program keeps in shared memory (per pipeline stage) and in
     fp32 accumulators, so the tuner can prune what cannot fit before running it."""

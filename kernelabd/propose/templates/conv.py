@@ -26,8 +26,10 @@ TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K"
 # 8 warps: at 4, a 64×64×32 tile needs 255 registers and spills 24 bytes a thread (ptxas for
 # sm_90, the port benchmark's conv); at 8 it uses 183 and spills none.
 TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}
-RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
-"""Per stage, a gathered input tile and a weight tile, as in the matmul template."""
+RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]],
+             "regs": [["BLOCK_M", "BLOCK_K"]]}
+"""Per stage, a gathered input tile and a weight tile, as in the matmul template; the gathered
+tile's addresses and masks are computed per element and held in registers (``regs``)."""
 
 GEOMETRY_HELPER = '''
 
@@ -162,6 +164,7 @@ def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -
     helper = common.OPERAND_HELPER if not all(op.channel) else ""
     source = (common.header(f"Template: conv2d as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, RESOURCES) + GEOMETRY_HELPER + helper
+              + common.tunables(TUNE_VALUES, TUNE_START, common.resources(RESOURCES, op.precision))
+              + GEOMETRY_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: conv2d ({what}) as implicit GEMM with fused epilogue"

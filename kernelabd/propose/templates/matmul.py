@@ -24,7 +24,8 @@ RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [[
 MLP_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"], ["BLOCK_K", "BLOCK_N"]],
                  "acc": [["BLOCK_M", "BLOCK_N"], ["BLOCK_M", "BLOCK_N"]]}
 """Per stage, an A and a B tile in shared memory; the gate/up kernel of the gated MLP streams
-two B tiles and keeps two accumulators (it is the larger of the MLP's two kernels)."""
+two B tiles and keeps two accumulators (it is the larger of the MLP's two kernels). Rendered
+with the dots' precision (``common.resources``), which decides the register limit."""
 
 TILE_ORDER = """\
     pid = tl.program_id(0)
@@ -124,7 +125,8 @@ def render(op: Matmul, signature: str, imports: list[str], init: str, what: str)
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, RESOURCES) + helper + common.DOT_HELPER
+              + common.tunables(TUNE_VALUES, TUNE_START, common.resources(RESOURCES, op.precision)) + helper
+              + common.DOT_HELPER
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
               + common.model_class(init, forward(op, signature)))
     return source, f"template: matmul ({what}) with fused epilogue"
@@ -144,7 +146,8 @@ def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, import
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store, then {rowwise.TITLES[row.kind]} over each row; {op.precision} dots.",
                             imports)
-              + common.tunables(values, start, RESOURCES) + ("" if row.inner else "TILE = 4096\n")
+              + common.tunables(values, start, common.resources(RESOURCES, op.precision))
+              + ("" if row.inner else "TILE = 4096\n")
               + helper + common.DOT_HELPER
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + rowwise.kernel(row)
               + common.model_class(init, methods))
@@ -183,7 +186,8 @@ def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> t
     source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
                             f"silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, MLP_RESOURCES) + common.DOT_HELPER
+              + common.tunables(TUNE_VALUES, TUNE_START, common.resources(MLP_RESOURCES, op.precision))
+              + common.DOT_HELPER
               + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision)
               + common.model_class(init, mlp_forward(op, signature)))
