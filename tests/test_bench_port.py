@@ -135,12 +135,13 @@ def test_every_template_seed_compiles_for_the_h200_without_spilling(tmp_path):
 
 def test_the_sm90_check_catches_a_spilling_configuration(tmp_path):
     """The softmax seed made to hold 256 elements of its 16384-wide rows a thread (2 warps):
-    more than 255 registers can, in every Triton from 3.6 on."""
+    more than 255 registers can. Triton 3.6 and 3.9 spill them, 3.8 keeps the row in local
+    memory at 32 registers; either is flagged."""
     code, rows = sm90(tmp_path, "--only", "softmax", "--set", "PER_THREAD=256")
     assert code == 1
     (row,) = rows
-    assert row["num_warps"] == 2 and row["stack_bytes"] > 0
-    assert any("spills" in p for p in row["problems"])
+    assert row["num_warps"] == 2 and row["stack_bytes"] >= 64
+    assert any("spills" in p or "local memory" in p for p in row["problems"])
 
 
 def test_the_grid_mode_sets_the_tuners_pruning_beside_ptxas(tmp_path):

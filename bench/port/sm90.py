@@ -18,8 +18,9 @@ estimate from the tiles a candidate declares in ``RESOURCES``) with what ptxas m
 The seeds are kernelab's own proposers' output, executed in this process: this is a developer's
 check of the templates, not a gate for untrusted code.
 
-Exit status: 0 when every seed compiled and fits (no spills under register pressure, shared
-memory and registers within one SM's limits), 1 otherwise; the table is printed last.
+Exit status: 0 when every seed compiled and fits (no spills under register pressure, no array
+in local memory, shared memory and registers within one SM's limits), 1 otherwise; the table is
+printed last.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ from kernelabd.propose.tune import (  # noqa: E402
 PROBLEMS = ROOT / "bench" / "port" / "problems"
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS = 255
+LOCAL_BYTES_LIMIT = 64
+"""Stack a thread may use with registers to spare before it counts against a kernel: a few
+values parked outside the hot loop are harmless (the fp32 matmul's 8 B under Triton 3.9), a
+whole array in local memory is not (Triton 3.8 put 3976 B of a 256-element softmax row there
+at 32 registers)."""
 
 
 @dataclass
@@ -91,6 +97,8 @@ class KernelUse:
         found = []
         if self.stack_bytes and self.registers >= self.register_cap:
             found.append(f"spills under register pressure ({self.stack_bytes} B stack a thread)")
+        elif self.stack_bytes >= LOCAL_BYTES_LIMIT:
+            found.append(f"keeps {self.stack_bytes} B a thread in local memory")
         if self.smem_bytes > SMEM_PER_PROGRAM:
             found.append(f"shared memory {self.smem_bytes} B > {SMEM_PER_PROGRAM} B")
         if self.registers * 32 * self.num_warps > REGISTERS_PER_SM:
