@@ -196,10 +196,7 @@ def check(problem: Path, proposer_name: str, work: Path,
         return [], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
     if not kernels:
         return [], "the seed launched no Triton kernel"
-    uses = [_use(problem, name, kernel) for name, kernel in kernels]
-    for use in uses:
-        use.proposer = proposer_name
-    return uses, None
+    return [_use(problem, proposer_name, name, kernel) for name, kernel in kernels], None
 
 
 def grid(source: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -251,15 +248,16 @@ def check_grid(problem: Path, n: int, work: Path) -> list[Pruning]:
             verdicts.append(Pruning(problem.stem, params, predicted, None,
                                     f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120]}"))
             continue
-        found_problems = [p for name, k in kernels for p in _use(problem, name, k).problems]
+        found_problems = [p for name, k in kernels for p in _use(problem, "template", name, k).problems]
         verdicts.append(Pruning(problem.stem, params, predicted, not found_problems,
                                 "; ".join(found_problems)))
     return verdicts
 
 
-def _use(problem: Path, name: str, kernel: Any) -> KernelUse:
+def _use(problem: Path, proposer: str, name: str, kernel: Any) -> KernelUse:
+    """One compiled kernel as the table reports it, from its cubin and metadata."""
     usage = resource_usage(kernel.asm["cubin"])
-    return KernelUse(problem.stem, "template", name, kernel.metadata.num_warps,
+    return KernelUse(problem.stem, proposer, name, kernel.metadata.num_warps,
                      kernel.metadata.num_stages, usage["REG"],
                      usage.get("STACK", 0) + usage.get("LOCAL", 0), kernel.metadata.shared)
 
