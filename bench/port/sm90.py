@@ -26,6 +26,7 @@ printed last.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import itertools
 import json
@@ -163,6 +164,14 @@ def with_values(source: str, values: dict[str, int]) -> str:
     return source
 
 
+@functools.lru_cache(maxsize=1)
+def at_gpu_sizes(problem: Path) -> tuple[Any, torch.nn.Module, list[Any]]:
+    """The reference built at its ``[sizes.cuda]`` sizes, once per problem: a grid compiles many
+    configurations of one seed against it (the FFN's weights alone are 350 MB)."""
+    sidecar = load_problem(problem).sidecar
+    return load_reference(problem.read_text(), sidecar.constants_for("cuda"))
+
+
 def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]]:
     """Build the seed's ModelNew at the GPU sizes and compile every kernel its forward launches.
     (Triton reads a kernel's source from its file, so the seed is written to ``work`` first.)"""
@@ -173,8 +182,7 @@ def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
-    sidecar = load_problem(problem).sidecar
-    reference, model, inputs = load_reference(problem.read_text(), sidecar.constants_for("cuda"))
+    reference, model, inputs = at_gpu_sizes(problem)
     candidate = module.ModelNew(*reference.get_init_inputs())
     candidate.load_state_dict(model.state_dict())
     with torch.no_grad(), CompileOnly() as compiled:
@@ -211,8 +219,7 @@ def grid(source: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def target_of(problem: Path) -> Target:
     """The tuner's view of a GPU job for ``problem``: its main dtype at the GPU sizes."""
-    sidecar = load_problem(problem).sidecar
-    _, model, inputs = load_reference(problem.read_text(), sidecar.constants_for("cuda"))
+    _, model, inputs = at_gpu_sizes(problem)
     dtype = main_dtype([*inputs, *model.parameters()]) or ""
     return Target(gpu=True, elem_bytes=2 if dtype in ("torch.float16", "torch.bfloat16") else 4)
 
