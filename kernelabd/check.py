@@ -11,6 +11,7 @@ timed; a timed one has the outputs it produced while being timed checked again.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -102,13 +103,16 @@ class Check:
     """The state of one ``kernelab check`` run."""
 
     def __init__(self, reference: Path, candidate: Path, device: str, baseline: Path | None,
-                 config: Config, progress: Progress | None) -> None:
+                 config: Config, progress: Progress | None,
+                 early: dict[str, Sandbox] | None = None) -> None:
         self.reference, self.candidate, self.baseline = reference, candidate, baseline
         self.device = device
         self.config = config
         self.progress = progress or (lambda _msg: None)
         self.stages: dict[str, float] = {}
         self.deadline = 0.0
+        self.boxes: list[Sandbox] = []
+        self._early = dict(early or {})
 
     def spec(self, label: str) -> SandboxSpec:
         return SandboxSpec(device=self.device, user=self.config.sandbox.user,
@@ -268,6 +272,12 @@ class Check:
 
     # ----- the whole check --------------------------------------------------------------
     def run(self, time_it: bool) -> CheckResult:
+        try:
+            return self._checked(time_it)
+        finally:
+            self.close_early()
+
+    def _checked(self, time_it: bool) -> CheckResult:
         self.deadline = time.monotonic() + self.config.gate.timeout_s
         try:
             self._problem = load_problem(self.reference)
@@ -286,11 +296,20 @@ class Check:
             rej.result.stages = self.stages
             return rej.result
 
+    def close_early(self) -> None:
+        """Sandboxes given a head start that the check did not use (it ended before them)."""
+        for box in self._early.values():
+            box.close()
+        self._early.clear()
+
     def _run(self, time_it: bool) -> CheckResult:
+        if self.device != "cpu":   # our CUDA context, for comparisons, while the sandboxes start
+            threading.Thread(target=torch.cuda.init, daemon=True).start()
         with ExitStack() as stack:
-            ref_box = self._ref_box = stack.enter_context(Sandbox(self.spec("reference")))
-            # Started now so that its interpreter and torch import overlap the reference's work.
-            cand_box = stack.enter_context(Sandbox(self.spec("candidate")))
+            ref_box = self._ref_box = self.open_box(stack, "reference")
+            # Started now so that its interpreter, torch, CUDA context and Triton's driver
+            # stubs come up while the reference runs.
+            cand_box = self.open_box(stack, "candidate")
             with self.stage("reference", "running the reference and the float64 oracle"):
                 shapes, sets, timing = plan_sets(self._problem, self.device)
                 ref = self.load_reference_planned(ref_box, shapes, sets, timing)
@@ -323,9 +342,29 @@ class Check:
             raise Rejected(result) from None
         return split_reference(reply, tensors, sets + timing)
 
+    def open_box(self, stack: ExitStack, label: str) -> Sandbox:
+        """A started sandbox (the one given a head start, if its device matches), closed with
+        the stack; on the way out every sandbox is signalled before any is waited for, so their
+        CUDA contexts are torn down in parallel."""
+        early = self._early.pop(label, None)
+        if early is not None and early.spec == self.spec(label):
+            box = early
+            stack.callback(box.close)
+        else:
+            if early is not None:
+                early.close()
+            box = stack.enter_context(Sandbox(self.spec(label)))
+        self.boxes.append(box)
+        stack.callback(self._kill_all)
+        return box
+
+    def _kill_all(self) -> None:
+        for box in self.boxes:
+            box.kill()
+
     def start_baseline(self, stack: ExitStack, ref: RefData, n_gate: int) -> Sandbox:
         assert self.baseline is not None
-        box = stack.enter_context(Sandbox(self.spec("baseline")))
+        box = self.open_box(stack, "baseline")
         msg, tensors = self.candidate_message(box, ref, n_gate, False, self.baseline)
         try:
             box.request(msg, tensors, deadline=self.deadline, what="loading the baseline")
@@ -357,10 +396,12 @@ def split_reference(reply: dict[str, Any], tensors: list[torch.Tensor],
 
 def run_check(reference: Path | str, candidate: Path | str, *, device: str = "cpu",
               baseline: Path | str | None = None, config: Config | None = None,
-              progress: Progress | None = None, time_it: bool = True) -> CheckResult:
+              progress: Progress | None = None, time_it: bool = True,
+              early: dict[str, Sandbox] | None = None) -> CheckResult:
     """Gate ``candidate`` against ``reference`` and, if it passes, time it against ``baseline``.
 
     ``baseline`` is another candidate file (the incumbent); None times against the reference.
+    ``early``: sandboxes started by ``sandbox.head_start``; the check uses or closes them.
     Never raises for bad input: a file that cannot be evaluated gives rule ``bad_reference`` /
     ``bad_candidate`` (``result.exit_code == 2``).
     """
@@ -369,9 +410,11 @@ def run_check(reference: Path | str, candidate: Path | str, *, device: str = "cp
     try:
         device = normalise_device(device)
     except ProblemError as exc:
+        for box in (early or {}).values():
+            box.close()
         return CheckResult.invalid("bad_arguments", str(exc), device)
     check = Check(Path(reference), Path(candidate), device,
-                  Path(baseline) if baseline else None, config, progress)
+                  Path(baseline) if baseline else None, config, progress, early)
     result = check.run(time_it)
     result.wall_s = round(time.monotonic() - t0, 3)
     return result

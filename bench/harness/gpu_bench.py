@@ -56,6 +56,13 @@ def pair_of_boxes(reference: Path, a: Path, b: Path, config: Config, stack: Exit
     return box_a, box_b, sampler, check.deadline
 
 
+def block_summary(blk: dict) -> list:
+    """Side, median, quartiles and wall time of one block: the raw material of any noise study."""
+    q = statistics.quantiles(blk["samples_ms"], n=4) if len(blk["samples_ms"]) > 1 else [blk["median_ms"]] * 3
+    return [blk["side"], round(blk["median_ms"], 5), round(q[0], 5), round(q[2], 5),
+            round(blk["wall_ms"], 1), len(blk["samples_ms"])]
+
+
 def comparisons(reference: Path, a: Path, b: Path, n: int, config: Config, device: str) -> list[dict]:
     out = []
     with ExitStack() as stack:
@@ -69,7 +76,9 @@ def comparisons(reference: Path, a: Path, b: Path, n: int, config: Config, devic
                         "rel_halfwidth": d.rel_halfwidth, "pairs": len(m.blocks) // 2,
                         "discarded": m.discarded, "wall_s": time.monotonic() - t0,
                         "sm_clock_mhz": [blk["clock"]["sm_clock_mhz"] for blk in m.blocks
-                                         if blk.get("clock")][:4]})
+                                         if blk.get("clock")][:4],
+                        "mode": m.mode, "trusted_ms": m.trusted_ms,
+                        "blocks": [block_summary(blk) for blk in m.blocks]})
     return out
 
 
@@ -105,22 +114,29 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=1.0)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--skip-check-wall", action="store_true")
+    ap.add_argument("--phases", default="check,sens,aa",
+                    help="comma-separated subset of check, sens, aa (e.g. one per GPU in parallel)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     config = Config()
     config.timing.budget_s = args.budget_s
     results: dict = {"config": config.to_dict()["timing"]}
 
-    if not args.skip_check_wall:
+    phases = set(args.phases.split(","))
+    if args.skip_check_wall:
+        phases.discard("check")
+    if "check" in phases:
         results["check_1ms"] = check_wall(EX / "matmul.py", EX / "matmul.new.py", args.device)
         print("check wall:", round(results["check_1ms"]["wall_s"], 1), "s", flush=True)
-    sens = comparisons(HERE / "memcopy.py", plus_three_percent(args.out), HERE / "memcopy.new.py",
-                       args.sens, config, args.device)
-    results["sensitivity"] = sens
-    print("3 % more bytes detected:", sum(r["faster"] for r in sens), "/", len(sens), flush=True)
-    (args.out / "harness_bench.json").write_text(json.dumps(results, indent=1))
+    sens = []
+    if "sens" in phases:
+        sens = comparisons(HERE / "memcopy.py", plus_three_percent(args.out),
+                           HERE / "memcopy.new.py", args.sens, config, args.device)
+        results["sensitivity"] = sens
+        print("3 % more bytes detected:", sum(r["faster"] for r in sens), "/", len(sens), flush=True)
+        (args.out / "harness_bench.json").write_text(json.dumps(results, indent=1))
     aa = {}
-    for name in ("softmax", "layernorm", "gelu_gate"):
+    for name in ("softmax", "layernorm", "gelu_gate") if "aa" in phases else ():
         cand = EX / f"{name}.new.py"
         aa[name] = comparisons(EX / f"{name}.py", cand, cand, args.aa, config, args.device)
         print(name, "A/A false faster:", sum(r["faster"] for r in aa[name]), flush=True)
@@ -133,8 +149,10 @@ def main() -> None:
         print(f"| A/A {name}: false faster / comparisons | {sum(r['faster'] for r in rows)} / {len(rows)} |")
         print(f"| A/A {name}: median kernel ms | {statistics.median(r['a_ms'] for r in rows):.4f} |")
         print(f"| A/A {name}: median rel CI half-width | {statistics.median(r['rel_halfwidth'] for r in rows):.4%} |")
-    print(f"| 3 % more bytes detected | {sum(r['faster'] for r in sens)} / {len(sens)} |")
-    print(f"| sensitivity: median measured speedup | {statistics.median(r['speedup'] for r in sens):.4f} |")
+    if sens:
+        print(f"| 3 % more bytes detected | {sum(r['faster'] for r in sens)} / {len(sens)} |")
+        print(f"| sensitivity: median measured speedup | {statistics.median(r['speedup'] for r in sens):.4f} |")
+        print(f"| sensitivity: median rel CI half-width | {statistics.median(r['rel_halfwidth'] for r in sens):.4%} |")
     if "check_1ms" in results:
         c = results["check_1ms"]
         print(f"| check on ~1 ms matmul: wall s (exit) | {c['wall_s']:.1f} ({c['exit']}) |")

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from kernelabd.config import ConfigError, load
 from kernelabd.result import CheckResult
+from kernelabd.sandbox import head_start
 from store.home import resolve_home
 
 
@@ -85,6 +86,10 @@ def summary(result: CheckResult, console: Console, debug: bool) -> None:
                           highlight=False)
 
 
+def _is_file(path: str) -> bool:
+    return Path(path).is_file()
+
+
 @click.command(cls=JsonErrors)
 @click.argument("reference")
 @click.argument("candidate")
@@ -111,13 +116,17 @@ def check(reference: str, candidate: str, device: str, baseline: str | None, as_
             emit_json(result) if as_json else err.print("[red]error:[/] --timeout-s must be positive")
             sys.exit(2)
         config.gate.timeout_s = timeout_s
+    files = [reference, candidate, *([baseline] if baseline else [])]
+    labels = ("reference", "candidate", "baseline")[:len(files)] if all(map(_is_file, files)) else ()
+    early = head_start(device, config.sandbox.user, config.sandbox.memory_gb, labels)
     from kernelabd.check import run_check  # torch is imported only once arguments are valid
 
     try:
         with err.status("starting", spinner="dots") as status:
             result = run_check(Path(reference), Path(candidate), device=device,
                                baseline=Path(baseline) if baseline else None, config=config,
-                               progress=lambda msg: status.update(msg), time_it=not no_timing)
+                               progress=lambda msg: status.update(msg), time_it=not no_timing,
+                               early=early)
     except Exception as exc:
         if debug:
             traceback.print_exc()

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelabd.check import run_check
+from kernelabd.check import Check, run_check
 from kernelabd.config import Config
+from kernelabd.sandbox import head_start
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax.py"
@@ -71,3 +72,29 @@ def _our_sandbox(proc: Path) -> bool:
         return ppid == os.getpid() and b"kernelabd.sandbox_child" in (proc / "cmdline").read_bytes()
     except (OSError, ValueError, IndexError):
         return False
+
+
+def test_head_started_sandboxes_are_the_ones_the_check_uses_and_it_closes_them() -> None:
+    early = head_start("cpu", "", 0.0, ("reference", "candidate"))
+    check = Check(SOFTMAX, ROOT / "examples" / "softmax.new.py", "cpu", None, gate_only(), None, early)
+    result = check.run(time_it=False)
+    assert result.verdict == "pass", result.reason
+    assert check.boxes == [early["reference"], early["candidate"]]
+    for box in early.values():
+        assert box._proc is not None and box._proc.poll() is not None
+        assert not box.workdir.exists()
+
+
+def test_head_started_sandboxes_are_closed_when_the_check_ends_before_using_them(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("class ModelNew(:\n")
+    early = head_start("cpu", "", 0.0, ("reference", "candidate"))
+    result = run_check(SOFTMAX, broken, config=gate_only(), time_it=False, early=early)
+    assert result.exit_code == 2 and "broken.py" in result.reason
+    for box in early.values():
+        assert box._proc is not None and box._proc.wait(timeout=10) is not None
+        assert not box.workdir.exists()
+
+
+def test_no_head_start_for_a_device_the_check_would_reject() -> None:
+    assert head_start("gpu", "", 0.0, ("reference",)) == {}
