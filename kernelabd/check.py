@@ -340,7 +340,7 @@ class Check:
                                          self.device)
             result.evidence = {"stderr_tail": exc.detail[-3000:]} if exc.detail else {}
             raise Rejected(result) from None
-        return split_reference(reply, tensors, sets + timing)
+        return split_reference(reply, tensors, sets + timing, len(sets))
 
     def open_box(self, stack: ExitStack, label: str) -> Sandbox:
         """A started sandbox (the one given a head start, if its device matches), closed with
@@ -380,15 +380,16 @@ def _nothing() -> Iterator[None]:
 
 
 def split_reference(reply: dict[str, Any], tensors: list[torch.Tensor],
-                    plan: list[dict[str, Any]]) -> RefData:
-    """Cut the reference sandbox's flat tensor list back into per-shape and per-set pieces."""
+                    plan: list[dict[str, Any]], n_gate: int) -> RefData:
+    """Cut the reference sandbox's flat tensor list back into per-shape and per-set pieces
+    (timing sets come without an oracle: their samples are re-checked in the sandbox)."""
     it = iter(tensors)
     shapes = reply["shapes"]
     state = [[next(it) for _ in s["state_keys"]] for s in shapes]
     inputs, oracle = [], []
-    for entry in reply["sets"]:
+    for i, entry in enumerate(reply["sets"]):
         inputs.append([next(it) for k in entry["kinds"] if k == "tensor"])
-        oracle.append([next(it) for _ in range(entry["n_outputs"])])
+        oracle.append([next(it) for _ in range(entry["n_outputs"])] if i < n_gate else [])
     sets = [dict(entry, shape=p["shape"]) for entry, p in zip(reply["sets"], plan, strict=True)]
     return RefData(shapes=shapes, state=state, sets=sets, inputs=inputs,
                    oracle=oracle, info=reply.get("info", {}))

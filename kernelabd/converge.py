@@ -26,6 +26,7 @@ from kernelabd.propose.base import (
     load_proposer,
 )
 from kernelabd.propose.tune import params_of
+from kernelabd.sandbox import Sandbox, head_start
 
 CheckFn = Callable[..., Any]          # kernelabd.check.run_check's signature
 Progress = Callable[[str], None]
@@ -109,7 +110,8 @@ class Loop:
     """One job's loop, bound to its recorder, harness and working directory."""
 
     def __init__(self, job_id: int, recorder: Recorder, *, check: CheckFn, config: Config,
-                 device: str, workdir: Path, progress: Progress | None = None) -> None:
+                 device: str, workdir: Path, progress: Progress | None = None,
+                 prestart: bool | None = None) -> None:
         self.job_id = job_id
         self.rec = recorder
         self.check = check
@@ -123,6 +125,10 @@ class Loop:
         self.limits = Limits.for_job(state["job_config"], config)
         self.active_s = float(self.job.get("active_s") or 0.0)
         self.reference = workdir / f"{self.job['problem_name']}.py"
+        # On a GPU, the next evaluation's sandboxes start while this one runs (on a CPU they
+        # would take cores from the timing).
+        self.prestart = device != "cpu" if prestart is None else prestart
+        self._spares: dict[str, Sandbox] = {}
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -181,7 +187,7 @@ class Loop:
         self.rec.start_candidate(cand.id)
         self.progress(f"candidate #{cand.id} ({cand.edit or cand.proposer}): checking")
         result = self.check(self.reference, path, device=self.device, baseline=baseline,
-                            config=self.config, progress=self.progress)
+                            config=self.config, progress=self.progress, early=self.sandboxes())
         data = result.to_json()
         if data.get("rule") == "bad_reference":
             raise ReferenceInvalid(data.get("reason") or "the reference cannot be evaluated")
@@ -194,6 +200,26 @@ class Loop:
         self.replace(cand, data, accepted)
         self.charge(time.monotonic() - started)
         self.report(cand, data, accepted)
+
+    def sandboxes(self) -> dict[str, Sandbox]:
+        """This evaluation's sandboxes, started during the previous one, and the next one's,
+        started now: each is still a fresh process used for one evaluation, but its interpreter,
+        torch, CUDA context and Triton stubs come up while a candidate is being checked
+        instead of on the way to the next verdict."""
+        if not self.prestart:
+            return {}
+        ready = self._spares or self._start_spares()
+        self._spares = self._start_spares()
+        return ready
+
+    def _start_spares(self) -> dict[str, Sandbox]:
+        box = self.config.sandbox
+        return head_start(self.device, box.user, box.memory_gb, ("reference", "candidate", "baseline"))
+
+    def close_spares(self) -> None:
+        for box in self._spares.values():
+            box.close()
+        self._spares = {}
 
     def replace(self, cand: Candidate, data: dict[str, Any], accepted: bool) -> None:
         done = Candidate(id=cand.id, proposer=cand.proposer, source=cand.source,
@@ -246,6 +272,8 @@ class Loop:
             return self._run()
         except ReferenceInvalid as exc:
             return Outcome("invalid", error=str(exc))
+        finally:
+            self.close_spares()
 
     def _run(self) -> Outcome:
         self.materialise_reference()

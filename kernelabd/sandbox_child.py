@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy
 import importlib.util
 import math
 import os
@@ -208,7 +209,7 @@ class Harness:
         self.noise: list[list[torch.Tensor | None]] = []
         self.weights: dict[int, torch.Tensor] = {}
         self.perturb_seed = self.fp_seed = 0
-        self.oracle_model: torch.nn.Module | None = None
+        self.oracle_models: dict[int, torch.nn.Module] = {}
         self.launches = LaunchCounter()
         self.graphs: list[Any] | None = None
         self.graph_reps = 1
@@ -269,9 +270,10 @@ class Harness:
             sets.append({"kinds": kinds, "scalars": scalars, "n_outputs": len(outs),
                          "outputs": describe(outs), "calib": calibrate(outs, oracle)})
             tensors.extend(v for v in inputs if isinstance(v, _TENSOR))
-            tensors.extend(o.detach().to("cpu", oracle_wire_dtype(r))
-                           for o, r in zip(oracle, outs, strict=True))
-            if k >= n_gate:
+            if k < n_gate:   # a timed sample's oracle is recomputed here, on demand
+                tensors.extend(o.detach().to("cpu", oracle_wire_dtype(r))
+                               for o, r in zip(oracle, outs, strict=True))
+            else:
                 self.timing_inputs.append(to_device(inputs, self.device))
         return {"shapes": shapes, "sets": sets, "info": self.hello()}, tensors
 
@@ -281,12 +283,9 @@ class Harness:
         with torch.no_grad():
             outs = outputs_of(model(*to_device(inputs, self.device)), "reference")
             sync(self.device)
-            import copy
-            oracle_model = copy.deepcopy(model).double()
             dbl = [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else v
                    for v in to_device(inputs, self.device)]
-            oracle = outputs_of(oracle_model(*dbl), "reference (float64)")
-            del oracle_model
+            oracle = outputs_of(self.oracle(shape)(*dbl), "reference (float64)")
         return outs, oracle
 
     # ----- candidate ---------------------------------------------------------------------
@@ -530,19 +529,22 @@ class Harness:
         sync(self.device)
         return {}
 
+    def oracle(self, shape: int) -> torch.nn.Module:
+        """The reference model of one shape in float64, built once (for every input set of that
+        shape and every re-checked timed sample)."""
+        if shape not in self.oracle_models:
+            self.oracle_models[shape] = copy.deepcopy(self.models[shape]).double()
+        return self.oracle_models[shape]
+
     def oracle_fingerprints(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Reference sandbox only: the float64 oracle's fingerprints (and norms) for samples."""
         self.prepare_timing(msg)
-        if self.oracle_model is None:
-            import copy
-
-            self.oracle_model = copy.deepcopy(self.models[0]).double()
         found = []
         for s in msg["samples"]:
             inputs = [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else v
                       for v in self.perturbed_inputs(int(s))]
             with torch.no_grad():
-                outs = outputs_of(self.oracle_model(*inputs), "reference (float64)")
+                outs = outputs_of(self.oracle(0)(*inputs), "reference (float64)")
             found.append([{"fp": fp, "norm": float(torch.linalg.vector_norm(o)),
                            "finite": bool(torch.isfinite(o).all())}
                           for fp, o in zip(self.fingerprints(outs), outs, strict=True)])
@@ -682,7 +684,7 @@ def error_reply(exc: BaseException, where: str) -> dict[str, Any]:
     return reply
 
 
-def serve(sock: Any) -> None:
+def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
     harness = Harness()
     handlers = {
         "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
@@ -697,6 +699,8 @@ def serve(sock: Any) -> None:
             if cmd == "load_reference":
                 reply, out = harness.load_reference(msg)
             elif cmd == "load_candidate":
+                if prewarming is not None:   # no thread of ours runs beside a candidate's code
+                    prewarming.join()
                 reply, out = harness.load_candidate(msg, tensors)
             else:
                 reply, out = handlers[cmd](msg), []
@@ -713,8 +717,9 @@ def prewarm() -> None:
     driver stubs it compiles with a C compiler into this sandbox's fresh cache.
 
     It runs on a thread from the moment the process starts, so a check's candidate sandbox,
-    started alongside the reference's, does this while the reference runs. Nothing here
-    decides anything; a failure only means the first request does the work itself.
+    started alongside the reference's, does this while the reference runs; a candidate is
+    loaded only once it is done. Nothing here decides anything; a failure only means the first
+    request does the work itself.
     """
     if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
         return
@@ -730,8 +735,9 @@ def main() -> None:
 
     sock = socket.socket(fileno=int(sys.argv[1]))
     Path("triton-cache").mkdir(exist_ok=True)
-    threading.Thread(target=prewarm, name="kernelab-prewarm", daemon=True).start()
-    serve(sock)
+    prewarming = threading.Thread(target=prewarm, name="kernelab-prewarm", daemon=True)
+    prewarming.start()
+    serve(sock, prewarming)
 
 
 if __name__ == "__main__":

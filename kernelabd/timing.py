@@ -1,10 +1,11 @@
 """Measurement: interleaved A/B blocks in two sandbox processes on the same device.
 
-The sandboxes take the samples (CUDA events with a device-wide synchronisation before the end
-event, L2 flushed and persisting-L2 reset before every sample, input sets rotating; a host clock
-on CPU). This module drives them, records the clock state around every block, re-runs blocks
-taken while the GPU throttled, stops when the speedup's confidence interval is tight enough or
-the budget is spent, and finally cross-checks the reported times against our own clock: a
+The sandboxes take the samples (CUDA events around a CUDA-graph replay, or around an eager call
+with a device-wide synchronisation before the end event where a side cannot be captured; L2
+flushed and persisting-L2 reset before every sample, input sets rotating; a host clock on CPU).
+This module drives them, records the clock state around every block, re-runs blocks taken
+while the GPU throttled, stops when the speedup's confidence interval is tight enough or the
+budget is spent, and finally cross-checks the reported times against our own clock: a
 candidate that rewrites its timer in its own process cannot rewrite ours.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,25 @@ def test_port_runs_one_job_in_the_foreground_and_prints_its_status(kit, tmp_path
         report["speed_of_light"]["ms"] / report["best"]["ms"])
     assert "Speed of light:" in Path(job["best_file"]).with_name("report.md").read_text()
     assert [j["id"] for j in kit.status()["jobs"]] == [job["id"]]
+
+
+def test_prestarted_sandboxes_serve_the_next_evaluation_and_none_outlive_the_job(home, kit, tmp_path,
+                                                                                monkeypatch):
+    sandboxes = tmp_path / "sandboxes"
+    sandboxes.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
+    made = []
+    real_mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(kw) or real_mkdtemp(**kw))
+    source = (kit.examples / "softmax.py").read_text()
+    honest = (kit.examples / "softmax.new.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source, start_source=honest),
+                           {"proposers": ["tune"], "max_candidates": 2})
+    loop.prestart = True
+    loop.config.timing.budget_s = 0.5
+    outcome = loop.run()
+    assert outcome.state == "done", outcome.error
+    rows = store.candidates(loop.job_id)
+    assert len(rows) == 2 and all(r["verdict"] == "pass" for r in rows)
+    assert len(made) == 9, "3 for the first evaluation, 3 spares for each after it"
+    assert list(sandboxes.glob("kernelab-*")) == [], "every sandbox, used or spare, is gone with the job"
