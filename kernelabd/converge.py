@@ -81,12 +81,17 @@ class Limits:
 
 
 def stop_reason(limits: Limits, history: list[Candidate], active_s: float,
-                sol_ms: float | None) -> str | None:
-    """The stop rule that applies now, if any (ARCHITECTURE.md, "Acceptance and convergence")."""
+                sol_ms: float | None, next_s: float = 0.0) -> str | None:
+    """The stop rule that applies now, if any (ARCHITECTURE.md, "Acceptance and convergence").
+    ``next_s`` is what the next evaluation is expected to cost: a candidate that would end past
+    ``max_minutes`` is not started, so the budget is a ceiling rather than a starting line."""
     if len(history) >= limits.max_candidates:
         return f"max_candidates ({limits.max_candidates}) reached"
     if active_s >= limits.max_minutes * 60:
         return f"max_minutes ({limits.max_minutes:g}) reached"
+    if active_s + next_s > limits.max_minutes * 60:
+        return (f"max_minutes ({limits.max_minutes:g}) would pass during the next candidate "
+                f"(~{next_s:.0f} s each, {limits.max_minutes * 60 - active_s:.0f} s left)")
     accepted = [c for c in history if c.accepted]
     if accepted:
         since = [c for c in history if c.id > accepted[-1].id and c.state == "done"]
@@ -129,6 +134,7 @@ class Loop:
         # would take cores from the timing).
         self.prestart = device != "cpu" if prestart is None else prestart
         self._spares: dict[str, Sandbox] = {}
+        self.costs: list[float] = []      # seconds each evaluation of this run took
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -198,8 +204,15 @@ class Loop:
             self.rec.update_job(self.job_id, fields)
             self.job.update(fields)
         self.replace(cand, data, accepted)
-        self.charge(time.monotonic() - started)
+        self.costs.append(time.monotonic() - started)
+        self.charge(self.costs[-1])
         self.report(cand, data, accepted)
+
+    def next_cost(self) -> float:
+        """The next evaluation's expected seconds: the longest of the last three (they vary with
+        compile times and with the candidate's speed; the first is often the dearest, the
+        reference's compile and the CUDA contexts being new), 0 before any."""
+        return max(self.costs[-3:], default=0.0)
 
     def sandboxes(self) -> dict[str, Sandbox]:
         """This evaluation's sandboxes, started during the previous one, and the next one's,
@@ -289,7 +302,8 @@ class Loop:
                                                params=params_of(start)), "start"))
         proposers = self.proposers()
         while True:
-            reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"))
+            reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
+                                 self.next_cost())
             if reason is None:
                 picked = self.next_proposal(proposers)
                 if picked is None:

@@ -246,7 +246,8 @@ class Harness:
             init = list(module.get_init_inputs())
             require_json(init, "get_init_inputs()")
             torch.manual_seed(msg["param_seeds"][idx])
-            model = module.Model(*init)
+            with torch.device(self.device):    # parameters made where they will live
+                model = module.Model(*init)
             randomise_parameters(model, msg["param_seeds"][idx])
             sd = model.state_dict()
             shapes.append({"init_inputs": init, "state_keys": list(sd)})
@@ -260,7 +261,8 @@ class Harness:
             for key, value in {**defaults, **module_consts[entry["shape"]]}.items():
                 setattr(module, key, value)
             torch.manual_seed(entry["seed"])
-            inputs = to_device(list(module.get_inputs()), self.device)
+            with torch.device(self.device):    # draws on the GPU: a 512 MiB randn took ~1 s on CPU
+                inputs = to_device(list(module.get_inputs()), self.device)
             inputs = [v.cpu() if isinstance(v, _TENSOR) else v
                       for v in apply_variant(inputs, entry["variant"], entry["seed"])]
             require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
@@ -298,7 +300,8 @@ class Harness:
             raise Refused("bad_candidate", "the candidate defines no ModelNew")
         it = iter(tensors)
         for shape in msg["shapes"]:
-            model = module.ModelNew(*shape["init_inputs"])
+            with torch.device(self.device):    # no CPU-side init of weights about to be replaced
+                model = module.ModelNew(*shape["init_inputs"])
             sd = {k: next(it) for k in shape["state_keys"]}
             try:
                 model.load_state_dict(sd, strict=True)
@@ -577,17 +580,19 @@ def randomise_parameters(model: torch.nn.Module, seed: int) -> None:
 
     Each keeps its own scale (a default-init LayerNorm weight of ones becomes about 1 ± 0.1),
     and buffers (running statistics) stay as they are, since they may have to stay positive.
+    The draws are made on each parameter's device (the FFN's 176 M weights took seconds on CPU).
     """
-    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+    gens: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for p in model.parameters():
             if not p.is_floating_point() or p.numel() == 0:
                 continue
+            gen = gens.setdefault(p.device, torch.Generator(device=p.device).manual_seed(seed ^ 0x5EED))
             data = p.detach().double()
             mean = float(data.mean())
             std = float(data.std()) if p.numel() > 1 else 0.0
             scale = max(std, 0.1 * abs(mean), 0.05)
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64, device=p.device)
             p.copy_((mean + scale * noise).to(p.dtype))
 
 
@@ -600,7 +605,7 @@ def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
     """
     if variant == "base":
         return inputs
-    gen = torch.Generator().manual_seed(seed ^ 0xC0FFEE)
+    gen = torch.Generator().manual_seed(seed ^ 0xC0FFEE)     # two scalars a tensor: CPU
     out = []
     for v in inputs:
         if not (isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 1):

@@ -28,7 +28,10 @@ def test_a_matmul_floor_uses_the_rate_of_its_dtype_and_tf32_only_when_allowed():
     floor = floor_ms(capture, H200ISH)
     assert floor["bound"] == "compute" and floor["ms"] == pytest.approx(2 * n ** 3 / 800e12 * 1e3)
     fp32 = {**capture, "dtype": "torch.float32", "min_bytes": 3 * n * n * 4}
-    assert floor_ms(fp32, H200ISH)["ms"] == pytest.approx(2 * n ** 3 / 50e12 * 1e3)
+    assert floor_ms(fp32, H200ISH)["ms"] == pytest.approx(2 * n ** 3 / (400e12 / 3) * 1e3), \
+        "fp32-accurate at three TF32 products beats the FMA units' 50"
+    no_tensor_cores = {k: v for k, v in H200ISH.items() if k != "tf32_tflops"}
+    assert floor_ms(fp32, no_tensor_cores)["ms"] == pytest.approx(2 * n ** 3 / 50e12 * 1e3)
     assert floor_ms(fp32, H200ISH, tf32=True)["ms"] == pytest.approx(2 * n ** 3 / 400e12 * 1e3)
     assert matrix_rate({"fp32_tflops": 50.0}, "torch.float32", tf32=True) == 50.0, \
         "no TF32 figure (a CPU): the fp32 rate"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,9 @@ def test_stop_rules():
     assert stop_reason(limits, [cand(1, True)], 0.0, None) is None
     assert "max_candidates" in stop_reason(limits, [cand(i) for i in range(5)], 0.0, None)
     assert "max_minutes" in stop_reason(limits, [cand(1, True)], 60.0, None)
+    assert stop_reason(limits, [cand(1, True)], 40.0, None, next_s=20.0) is None, "ends at the limit"
+    late = stop_reason(limits, [cand(1, True)], 41.0, None, next_s=20.0)
+    assert late == "max_minutes (1) would pass during the next candidate (~20 s each, 19 s left)"
     assert "patience" in stop_reason(limits, [cand(1, True), cand(2), cand(3)], 0.0, None)
     assert stop_reason(limits, [cand(1, True), cand(2), cand(3, state="pending")], 0, None) is None
     assert "speed of light" in stop_reason(limits, [cand(1, True, ms=1.02)], 0.0, 1.0)
@@ -160,3 +164,27 @@ def test_prestarted_sandboxes_serve_the_next_evaluation_and_none_outlive_the_job
     assert len(rows) == 2 and all(r["verdict"] == "pass" for r in rows)
     assert len(made) == 9, "3 for the first evaluation, 3 spares for each after it"
     assert list(sandboxes.glob("kernelab-*")) == [], "every sandbox, used or spare, is gone with the job"
+
+
+def test_a_candidate_that_would_end_past_max_minutes_is_not_started(home, kit):
+    """The budget is a ceiling: after one evaluation of ~T s with 1.5 T s of budget, a second
+    (expected to take ~T s as well) would end past it, so the job stops instead of starting it."""
+    source = (kit.examples / "softmax.py").read_text()
+    honest = (kit.examples / "softmax.new.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source, start_source=honest),
+                           {"proposers": ["tune"], "max_candidates": 5})
+    loop.config.timing.budget_s = 0.5
+
+    def check_then_set_budget(*args, **kwargs):
+        started = time.monotonic()
+        result = run_check(*args, **kwargs)
+        if not loop.costs:                  # the first evaluation sets a budget of 1.5 times it
+            loop.limits.max_minutes = 1.5 * (time.monotonic() - started) / 60
+        return result
+
+    loop.check = check_then_set_budget
+    outcome = loop.run()
+    assert outcome.state == "done", outcome.error
+    assert len(store.candidates(loop.job_id)) == 1, "the tuner had more to offer"
+    assert "would pass during the next candidate" in outcome.stop_reason
+    assert loop.active_s <= loop.limits.max_minutes * 60

@@ -133,12 +133,39 @@ def test_generated_candidate_passes_the_real_gate(tmp_path, name, source, sideca
 
 
 def test_tf32_dots_only_when_the_sidecar_allows_them():
+    """Without TF32, fp32 dots start as 3xTF32 (fp32-accurate on the tensor cores)."""
     source = REFERENCES["matmul_gelu_scale_tf32_allowed"][0]
     strict = TemplateProposer().propose(context(source))
     loose = TemplateProposer().propose(context(source, "tf32 = true\n"))
     assert strict is not None and loose is not None
-    assert ', "ieee")' in strict.source and ', "tf32")' not in strict.source
-    assert ', "tf32")' in loose.source
+    assert ', "tf32x3")' in strict.source and ', "tf32")' not in strict.source
+    assert strict.edit.endswith("; 3xTF32 dots")
+    assert ', "tf32")' in loose.source and "3xTF32" not in loose.edit
+
+
+def test_ieee_dots_follow_only_a_3xtf32_seed_that_did_not_pass():
+    source = REFERENCES["matmul_gelu_scale_tf32_allowed"][0]
+    seed = TemplateProposer().propose(context(source))
+    assert seed is not None
+    failed = Candidate(id=1, proposer="template", source=seed.source, state="done", verdict="fail",
+                       rule="numerics")
+    exact = TemplateProposer().propose(context(source, history=(failed,)))
+    assert exact is not None and exact.parent_id is None
+    assert ', "ieee")' in exact.source and "tf32x3" not in exact.source
+    assert exact.edit.endswith("; IEEE dots (the 3xTF32 seed did not pass: numerics)")
+    passed = Candidate(id=1, proposer="template", source=seed.source, state="done", verdict="pass")
+    assert TemplateProposer().propose(context(source, history=(passed,))) is None
+    second = Candidate(id=2, proposer="template", source=exact.source, state="done", verdict="fail")
+    assert TemplateProposer().propose(context(source, history=(failed, second))) is None
+
+
+def test_half_precision_dots_stay_plain_and_start_on_larger_tiles():
+    source = reference("def forward(self, a, b):\n    return a @ b\n",
+                       inputs="torch.randn(33, 40, dtype=torch.bfloat16), "
+                              "torch.randn(40, 21, dtype=torch.bfloat16)")
+    proposal = TemplateProposer().propose(context(source))
+    assert proposal is not None and ', "ieee")' in proposal.source and "tf32" not in proposal.edit
+    assert proposal.params["BLOCK_K"] == 64 and proposal.params["PACK"] == 0, "bf16 dots take B as it is"
 
 
 @pytest.mark.parametrize("forward", [

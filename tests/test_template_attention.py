@@ -66,7 +66,8 @@ def test_generated_candidate_passes_the_real_gate(tmp_path, name):
     assert "\n" not in proposal.edit and proposal.parent_id is None
     assert [t.name for t in parse_tunables(proposal.source)] == ["BLOCK_M", "BLOCK_N", "num_warps",
                                                                  "num_stages"]
-    assert ', "ieee")' in proposal.source and ', "tf32")' not in proposal.source
+    dots = "ieee" if "bfloat16" in source else "tf32x3"   # half operands: plain tensor-core dots
+    assert f', "{dots}")' in proposal.source and ', "tf32")' not in proposal.source
     assert_passes(gate(tmp_path, name, source, None, proposal.source))
 
 

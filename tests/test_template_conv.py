@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernelabd.propose.template import instantiate
-from kernelabd.propose.tune import parse_tunables
+from kernelabd.propose.tune import apply_edit, parse_tunables
 from tests.gating import assert_passes, gate
 from tests.test_template import reference
 
@@ -29,17 +29,25 @@ def test_bench_problem_conv2d_relu_biasadd_passes_the_gate(tmp_path):
     found = instantiate(source, sidecar)
     assert found is not None, "no template matched the bench convolution"
     candidate, edit = found
-    assert edit == "template: conv2d (conv2d + bias + relu + add) as implicit GEMM with fused epilogue"
-    assert ', "ieee")' in candidate and "_operand(" not in candidate, "TF32 off; (C_out, 1, 1) read per channel"
-    assert [t.name for t in parse_tunables(candidate)] == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"]
+    assert edit == ("template: conv2d (conv2d + bias + relu + add) as implicit GEMM with fused epilogue; "
+                    "3xTF32 dots")
+    assert ', "tf32x3")' in candidate and "_operand(" not in candidate, "TF32 off; (C_out, 1, 1) read per channel"
+    assert [t.name for t in parse_tunables(candidate)] == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages",
+                                                           "CHANNELS_LAST"]
     assert_passes(gate(tmp_path, "conv2d_relu_biasadd", source, sidecar, candidate))
 
 
-def test_strided_padded_conv_on_an_odd_size_passes_the_gate(tmp_path):
+@pytest.mark.parametrize("channels_last", [1, 0])
+def test_strided_padded_conv_on_an_odd_size_passes_the_gate(tmp_path, channels_last):
+    """Both K orders: (kh, kw, ci) over channels-last copies, the seed's, and (ci, kh, kw) over
+    the operands as given."""
     source = conv_reference("nn.Conv2d(3, 5, 3, stride=2, padding=1, dilation=1)")
     found = instantiate(source)
     assert found is not None and found[1].startswith("template: conv2d (conv2d + bias)")
-    assert_passes(gate(tmp_path, "conv_s2_p1", source, None, found[0]))
+    (flag,) = [t for t in parse_tunables(found[0]) if t.name == "CHANNELS_LAST"]
+    assert flag.current == 1
+    candidate = apply_edit(found[0], flag, channels_last) if channels_last != flag.current else found[0]
+    assert_passes(gate(tmp_path, "conv_s2_p1", source, None, candidate))
 
 
 def test_functional_dilated_conv_with_a_residual_passes_the_gate(tmp_path):

@@ -123,6 +123,9 @@ def test_fp32_dots_without_tf32_get_half_the_accumulator_registers():
     assert fits({**tile, "num_warps": 8}, ieee, H200_FP32), "64 a thread at 8 warps"
     assert fits(tile, tf32, H200_FP32), "TF32 dots run on tensor cores"
     assert fits(tile, ieee, H200_BF16), "bf16 operands take the tensor cores whatever the precision"
+    x3 = {**MATMUL, "dots": "tf32x3"}
+    assert not fits(tile, x3, H200_FP32), "3xTF32 holds each operand's head and tail: it spilled"
+    assert fits({**tile, "num_warps": 8}, x3, H200_FP32), "the template's fp32 seed (212-251 registers)"
 
 
 def test_declared_register_tiles_count_beside_the_accumulators():

@@ -704,8 +704,8 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
     compiled = {k: v for k, v in ms.items() if k.startswith("compile_")}
     baselines = {k: v for k, v in ms.items() if k == "eager" or k.startswith("compile_")}
     best_base = min(baselines, key=baselines.get) if baselines else None
-    floor = row.get("floor") or {}
-    sol_ms, sol_source = (job.get("sol_ms"), "kernelab") if job.get("sol_ms") else (floor.get("ms"), "bench")
+    floor = current_floor(row) or row.get("floor") or {}
+    sol_ms, sol_source = (floor.get("ms"), "bench") if floor.get("ms") else (job.get("sol_ms"), "kernelab")
     bound = job.get("bound") or floor.get("bound")
     bound_source = "kernelab capture" if job.get("bound") else "bench floor" if floor.get("bound") else None
     if bound is None:
@@ -739,6 +739,22 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
         "stop_reason": job.get("stop_reason"),
         "errors": row.get("errors") or {},
     }
+
+
+def current_floor(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The speed-of-light floor from the row's measured work and ceilings under kernelab's
+    current rule, so that rows of several commands compare alike (the fp32 rate became the
+    faster of the FMA units and 3xTF32 after the first H200 runs; ``kernelabd.ceilings``)."""
+    from kernelabd.ceilings import floor_ms
+    from kernelabd.problem import ProblemError, load_problem
+
+    if not row.get("work") or not row.get("ceilings"):
+        return None
+    try:
+        tf32 = load_problem(PROBLEMS / f"{row['problem']}.py").sidecar.tf32
+    except (ProblemError, OSError):
+        return None
+    return floor_ms(row["work"], row["ceilings"], tf32=tf32)
 
 
 def _f(value: float | None, spec: str = ".4g", suffix: str = "") -> str:

@@ -26,10 +26,11 @@ MAX_ACC_REGS = 128
 """fp32 accumulator registers per thread beyond which a tile spills to local memory (of 255;
 the rest hold addresses, operands and the pipeline), when the dots run on tensor cores."""
 MAX_ACC_REGS_FMA = 64
-"""The same for fp32 dots without TF32 (``RESOURCES["dots"] == "ieee"`` on an fp32 job): they
-run on the FMA units with both operand fragments in registers too. In ``bench/port/sm90.py
---grid`` samples, every fp32 matmul configuration with 128 accumulator registers a thread
-spilled (Triton 3.6 and 3.9, sm_90)."""
+"""The same for fp32 dots without TF32 (``RESOURCES["dots"]`` ``"ieee"`` or ``"tf32x3"`` on an
+fp32 job): IEEE dots run on the FMA units with both operand fragments in registers too, 3xTF32
+dots hold each operand's head and tail. In ``bench/port/sm90.py`` runs, every fp32 matmul
+configuration with 128 accumulator registers a thread spilled, IEEE (Triton 3.6 and 3.9) and
+3xTF32 (Triton 3.9: 128×128×32 at 4 warps, 616–968 bytes a thread), sm_90."""
 
 
 class TunablesError(ValueError):
@@ -154,8 +155,8 @@ def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
     if acc is None or not isinstance(warps, int):
         return True
     held = acc + (_tiles(resources.get("regs"), params) or 0)
-    fma = target.elem_bytes == 4 and resources.get("dots") == "ieee"
-    return held / (32 * warps) <= (MAX_ACC_REGS_FMA if fma else MAX_ACC_REGS)
+    fp32_dots = target.elem_bytes == 4 and resources.get("dots") in ("ieee", "tf32x3")
+    return held / (32 * warps) <= (MAX_ACC_REGS_FMA if fp32_dots else MAX_ACC_REGS)
 
 
 def resources_of(source: str) -> dict[str, Any] | None:

@@ -28,6 +28,10 @@ from kernelabd.propose.templates import common
 TUNE_VALUES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [2, 4, 8],
                "num_stages": [1, 2, 3, 4]}
 TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+"""fp16/bf16 operands start at the tile Triton's flash-attention tutorial uses on Hopper for a
+128-wide head (158 registers, 128 KiB of shared memory at sm_90, no spill: ``bench/port/sm90.py``);
+fp32 ones keep the smaller tile, whose dots hold more in registers."""
 
 AS_4D = '''
 
@@ -73,7 +77,8 @@ class Attention:
     scale: str          # forward-side expression of the softmax scale (a Python number)
     causal: bool
     sdpa: bool          # from F.scaled_dot_product_attention (its output layout), else p @ v
-    precision: str      # "ieee" or "tf32"
+    precision: str      # "ieee", "tf32" or "tf32x3"
+    half: bool = False  # fp16/bf16 operands
 
 
 def kernel(precision: str) -> str:
@@ -165,7 +170,7 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
     source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, TUNE_START) + common.DOT_HELPER + AS_4D
+              + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START) + common.DOT_HELPER + AS_4D
               + (SDPA_OUTPUT if op.sdpa else "")
               + kernel(op.precision) + launcher(op.sdpa)
               + common.model_class(init, forward(op, signature)))

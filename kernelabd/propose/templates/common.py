@@ -115,7 +115,8 @@ def _dot(a, b, precision: tl.constexpr):
 
 def resources(tiles: dict[str, list[list[str]]], precision: str) -> dict[str, Any]:
     """A template's ``RESOURCES`` with its dots' input precision: fp32 ``ieee`` dots run on the
-    FMA units and need more registers than tensor-core ones (``tune.fits``)."""
+    FMA units and ``tf32x3`` ones split each operand in two, so both need more registers than
+    plain tensor-core dots (``tune.fits``)."""
     return {**tiles, "dots": precision}
 
 

@@ -16,10 +16,50 @@ from dataclasses import dataclass
 
 from kernelabd.propose.templates import common, rowwise
 
-TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
-               "GROUP_M": [1, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4]}
-TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
-              "num_stages": 3}
+TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [16, 32, 64],
+               "GROUP_M": [1, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4], "PACK": [0, 1]}
+
+
+def start(precision: str, half: bool) -> dict[str, int]:
+    """The seed configuration: Hopper-sized tiles. On the H200 every edit the tuner accepted
+    from the old 64×64×32, 4-warp seed grew a tile (BLOCK_M 64 → 128: 1.29× on the FFN, 1.51× on
+    GEMM+add+ReLU); starting there saves those evaluations. Measured variants of these seeds
+    (``bench/port/seeds.py``, results under ``bench/port/results/2026-11-30-h200-call1``): the
+    bf16 FFN ran best at 3 stages (2.18 ms against 2.30 at 4), the 3xTF32 GEMMs at BLOCK_K 64
+    (1.60 ms against 1.84 at 32; 4 warps 3.07, BLOCK_M 64 3.95). 3xTF32 keeps each operand's
+    head and tail in registers, so its 128×128 tile needs 8 warps (212–251 registers under ptxas
+    for sm_90, ``bench/port/sm90.py``; spills at 4); IEEE fp32 dots hold operand fragments for
+    the FMA units and keep a 128×64 tile."""
+    if half:
+        return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+                "PACK": 0}
+    if precision == "ieee":
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+                "PACK": 0}
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+            "PACK": 1}
+
+
+PACK_HELPER = '''
+
+def _k_major(t: torch.Tensor, k_padded: int) -> torch.Tensor:
+    """``t`` (rows, K) as a contiguous copy with K padded with zeros to ``k_padded`` (a multiple
+    of 16), or ``t`` itself when it is so already: TF32 tensor-core dots take both operands
+    K-major, and padded rows are 16-byte aligned, so the loads need no transpose and vectorise.
+    Zeros in K add nothing to the product."""
+    k = t.shape[1]
+    if k == k_padded and t.is_contiguous():
+        return t
+    out = t.new_empty((t.shape[0], k_padded))
+    out[:, :k] = t
+    if k_padded > k:
+        out[:, k:].zero_()
+    return out
+'''
+"""``PACK = 1``: both operands go through ``_k_major`` first. On the H200 the 3xTF32 kernel ran a
+4096² product with (K, N) row-major B at 0.69× cuBLAS, and the same size with K-major B (the
+GEMM+add+ReLU's ``nn.Linear`` weight) at 1.49×; the copy of a 64 MiB operand costs ~30 µs."""
+
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
 MLP_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"], ["BLOCK_K", "BLOCK_N"]],
                  "acc": [["BLOCK_M", "BLOCK_N"], ["BLOCK_M", "BLOCK_N"]]}
@@ -54,7 +94,8 @@ class Matmul:
     b: str
     transposed: bool
     epilogue: common.Chain      # ``acc`` is the product; ``result`` what is stored
-    precision: str              # "ieee" or "tf32"
+    precision: str              # "ieee", "tf32" or "tf32x3"
+    half: bool = False          # fp16/bf16 operands
 
 
 def _b_load(ptr: str, sk: str, sn: str) -> str:
@@ -106,16 +147,21 @@ def _strides(b: str, transposed: bool) -> str:
 
 def forward(op: Matmul, signature: str, name: str = "forward") -> str:
     n = f"{op.b}.shape[0]" if op.transposed else f"{op.b}.shape[1]"
+    b_nk = op.b if op.transposed else f"{op.b}.t()"
     return f'''
 def {name}(self, {signature}):
     a = {op.a}.reshape(-1, {op.a}.shape[-1])
     M, K = a.shape
     N = {n}
     shape = torch.Size((*{op.a}.shape[:-1], N))
+    b, sbk, sbn = {op.b}, {_strides(op.b, op.transposed)}
+    if PACK:
+        K = triton.cdiv(K, 16) * 16
+        a, b = _k_major(a, K), _k_major({b_nk}, K)
+        sbk, sbn = b.stride(1), b.stride(0)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
-    matmul_kernel[grid](a, {op.b}, c, M, N, K, a.stride(0), a.stride(1),
-                        {_strides(op.b, op.transposed)}{op.epilogue.call_args("shape")},
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), sbk, sbn{op.epilogue.call_args("shape")},
                         {LAUNCH})
     return c.reshape(shape)
 '''
@@ -125,7 +171,8 @@ def render(op: Matmul, signature: str, imports: list[str], init: str, what: str)
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, common.resources(RESOURCES, op.precision)) + helper
+              + common.tunables(TUNE_VALUES, start(op.precision, op.half),
+                                common.resources(RESOURCES, op.precision)) + helper + PACK_HELPER
               + common.DOT_HELPER
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
               + common.model_class(init, forward(op, signature)))
@@ -138,17 +185,19 @@ def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, import
     (``softmax(gelu(x Wᵀ + b))``): two kernels, since a row spans many output tiles. The row
     kernel's elements per thread tune separately (``ROW_PER_THREAD``)."""
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
-    values = {**TUNE_VALUES, "ROW_PER_THREAD": rowwise.PER_THREAD, **({"TILE": rowwise.TILES} if row.inner else {})}
-    start = {**TUNE_START, "ROW_PER_THREAD": 16, "TILE": 4096}
+    values = {**TUNE_VALUES, "ROW_PER_THREAD": rowwise.PER_THREAD, "ROW_STAGES": rowwise.STAGES,
+              "ROW_PER_SM": rowwise.PER_SM, **({"TILE": rowwise.TILES} if row.inner else {})}
+    seed = {**start(op.precision, op.half), "ROW_PER_THREAD": 16, "ROW_PER_SM": 8, "ROW_STAGES": 1,
+            "TILE": 4096}
     methods = (forward(op, signature, "_matmul")
-               + rowwise.forward(row, "y", "_rowwise", "ROW_PER_THREAD")
+               + rowwise.forward(row, "y", "_rowwise", "ROW_PER_THREAD", "ROW_PER_SM", "ROW_STAGES")
                + f"\ndef forward(self, {signature}):\n    return self._rowwise(self._matmul({signature}))\n")
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store, then {rowwise.TITLES[row.kind]} over each row; {op.precision} dots.",
                             imports)
-              + common.tunables(values, start, common.resources(RESOURCES, op.precision))
+              + common.tunables(values, seed, common.resources(RESOURCES, op.precision))
               + ("" if row.inner else "TILE = 4096\n")
-              + helper + common.DOT_HELPER
+              + helper + PACK_HELPER + common.DOT_HELPER
               + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + rowwise.kernel(row)
               + common.model_class(init, methods))
     return source, f"template: matmul ({what}) with fused epilogue, then {rowwise.TITLES[row.kind]}"
@@ -161,6 +210,7 @@ class GatedMLP:
     w3: str
     w2: str            # (D, H)
     precision: str
+    half: bool = False
 
 
 def mlp_forward(op: GatedMLP, signature: str) -> str:
@@ -182,11 +232,16 @@ def forward(self, {signature}):
 '''
 
 
+MLP_VALUES = {k: v for k, v in TUNE_VALUES.items() if k != "PACK"}
+"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: nothing to pack."""
+
+
 def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
                             f"silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, common.resources(MLP_RESOURCES, op.precision))
+              + common.tunables(MLP_VALUES, start(op.precision, op.half),
+                                common.resources(MLP_RESOURCES, op.precision))
               + common.DOT_HELPER
               + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision)

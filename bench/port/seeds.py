@@ -1,0 +1,207 @@
+"""Time kernelab's template seeds at GPU sizes, with variants of their tunables, against eager:
+which starting configuration pays on this GPU, learnt in one short command instead of a whole
+port per guess.
+
+    python3 bench/port/seeds.py --out DIR [--only NAME ...] [--proposer template|inductor]
+                                [--variant NAME:TUNABLE=VALUE,... ...] [--rounds 3] [--reps 30]
+    python3 bench/port/seeds.py --device cpu --out DIR --only softmax   # logic check, default sizes
+
+For each problem (``bench/port/problems``): the reference at its ``[sizes.cuda]`` sizes on the
+GPU (TF32 as its sidecar says, as the gate runs it) and eager's output; the proposer's first
+candidate (kernelab's own, as ``sm90.py`` builds it) as generated, and once per ``--variant``
+with those tunables set (names the seed does not declare are ignored; a variant that changes
+nothing is dropped). Each is built with the reference's ``state_dict``, its output compared with
+eager's (normwise relative difference: a sanity check, not kernelab's gate), and all are timed
+together with ``run.py``'s timer (interleaved rounds, cold L2, device time only). The floor is
+kernelab's speed of light from ceilings measured here. Rows go to ``DIR/seeds.jsonl`` as each
+problem ends; the table is printed last and written to ``DIR/seeds.md``.
+
+Developer tooling: the seeds are kernelab's own proposers' output, run in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if sys.argv[sys.argv.index("--device") + 1:][:1] == ["cpu"] if "--device" in sys.argv else False:
+    os.environ["TRITON_INTERPRET"] = "1"     # before Triton's import: its own jit helpers too
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+import run as port_run  # noqa: E402  (bench/port/run.py: the timer and its helpers)
+import sm90  # noqa: E402  (bench/port/sm90.py: seeds and tunable edits)
+
+from kernelabd.propose.tune import params_of  # noqa: E402
+
+PROBLEMS = HERE / "problems"
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, int]]:
+    """``NAME:K=V,K=V`` → (NAME, {K: V})."""
+    name, _, spec = text.partition(":")
+    values: dict[str, int] = {}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        if not key or not value.lstrip("-").isdigit():
+            raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME:TUNABLE=INTEGER,...")
+        values[key] = int(value)
+    if not name or not values:
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME:TUNABLE=INTEGER,...")
+    return name, values
+
+
+def load_candidate(source: str, path: Path, module: Any, model: Any, device: str) -> Any:
+    """The candidate built as the gate builds it (Triton reads kernels from their file)."""
+    import torch
+
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod
+    spec.loader.exec_module(mod)
+    built = mod.ModelNew(*module.get_init_inputs())
+    built.load_state_dict(model.state_dict(), strict=True)
+    built = built.to(device).eval()
+
+    def call(*inputs: Any) -> Any:
+        with torch.no_grad():
+            return built(*inputs)
+    return call
+
+
+def sources(problem: Path, proposer: str, variants: list[tuple[str, dict[str, int]]]) -> dict[str, str]:
+    """``{"seed": source, variant name: source}``, without variants identical to an earlier one."""
+    chosen = sm90.TemplateProposer() if proposer == "template" else sm90.InductorProposer()
+    found = sm90.seed(problem, chosen)
+    if isinstance(found, str):
+        raise RuntimeError(f"no seed: {found}")
+    out = {"seed": found[0]}
+    for name, values in variants:
+        source = sm90.with_values(found[0], values)
+        if source not in out.values():
+            out[name] = source
+    return out
+
+
+def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], work: Path) -> dict[str, Any]:
+    import torch
+
+    from kernelabd.capture import load_reference, work_of
+    from kernelabd.ceilings import floor_ms
+    from kernelabd.problem import load_problem
+
+    device = args.device
+    loaded = load_problem(problem)
+    torch.backends.cuda.matmul.allow_tf32 = loaded.sidecar.tf32
+    torch.backends.cudnn.allow_tf32 = loaded.sidecar.tf32
+    module, model, inputs = load_reference(problem.read_text(), loaded.sidecar.constants_for(device))
+    model = model.to(device).eval()
+    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+    with torch.no_grad():
+        expected = model(*inputs)
+    row: dict[str, Any] = {"problem": problem.stem, "errors": {}, "rel_error_vs_eager": {},
+                           "floor": floor_ms(work_of(model, inputs), ceilings, tf32=loaded.sidecar.tf32)}
+    variants: dict[str, Any] = {"eager": lambda: model(*inputs)}
+    found = sources(problem, args.proposer, args.variant)
+    row["values"] = {name: params_of(src) for name, src in found.items()}
+    for name, source in found.items():
+        try:
+            t0 = time.monotonic()
+            fn = load_candidate(source, work / f"{problem.stem}_{name}.py", module, model, device)
+            row["rel_error_vs_eager"][name] = port_run.rel_error(fn(*inputs), expected)
+            port_run._sync(device)
+            row.setdefault("compile_s", {})[name] = round(time.monotonic() - t0, 2)
+            variants[name] = lambda fn=fn: fn(*inputs)
+        except Exception as exc:  # one broken variant is a finding, the rest still get timed
+            row["errors"][name] = port_run.one_line(exc)
+    timed, errors = port_run.time_interleaved(variants, port_run.Timer(device), args.rounds, args.reps,
+                                              3, args.max_timing_s)
+    row["errors"].update(errors)
+    row["ms"] = {k: v["ms"] for k, v in timed.items()}
+    row["iqr_rel"] = {k: v["iqr_rel"] for k, v in timed.items()}
+    variants.clear()                     # the GPU memory goes with the closures
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| problem | variant | values | ms | × eager | % SOL | rel. diff vs eager | note |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for row in rows:
+        eager = row.get("ms", {}).get("eager")
+        floor = (row.get("floor") or {}).get("ms")
+        names = ["eager", *row.get("values", {})]
+        for name in names:
+            ms = row.get("ms", {}).get(name)
+            values = row.get("values", {}).get(name) or {}
+            diff = row.get("rel_error_vs_eager", {}).get(name)
+            lines.append(
+                f"| {row['problem']} | {name} | {', '.join(f'{k}={v}' for k, v in values.items())} "
+                f"| {port_run._f(ms)} | {port_run._f(eager / ms if eager and ms else None, '.3f', '×')} "
+                f"| {port_run._f(100 * floor / ms if floor and ms else None, '.0f', '%')} "
+                f"| {port_run._f(diff, '.2g')} | {row.get('errors', {}).get(name, '')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cpu: the Triton interpreter at the problems' default sizes (a logic check)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="problems (default: all)")
+    ap.add_argument("--proposer", choices=["template", "inductor"], default="template")
+    ap.add_argument("--variant", nargs="+", type=parse_variant, default=[], metavar="NAME:K=V,...")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--max-timing-s", type=float, default=3.0, help="cap on one variant's timed samples")
+    args = ap.parse_args(argv)
+    import torch
+
+    from kernelabd.ceilings import measure as measure_ceilings
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("no CUDA GPU here (--device cpu runs a logic check; sm90.py checks the seeds' "
+                 "resources without a GPU)")
+    problems = sorted(PROBLEMS.glob("*.py"))
+    if args.only:
+        unknown = set(args.only) - {p.stem for p in problems}
+        if unknown:
+            ap.error(f"unknown problem(s): {', '.join(sorted(unknown))}")
+        problems = [p for p in problems if p.stem in args.only]
+    args.out.mkdir(parents=True, exist_ok=True)
+    ceilings = measure_ceilings(args.device)
+    rows = []
+    with tempfile.TemporaryDirectory() as work, (args.out / "seeds.jsonl").open("w") as jsonl:
+        for i, problem in enumerate(problems, 1):
+            t0 = time.monotonic()
+            try:
+                row = measure(problem, args, ceilings, Path(work))
+            except Exception as exc:
+                row = {"problem": problem.stem, "errors": {"seed": port_run.one_line(exc)}}
+            row["wall_s"] = round(time.monotonic() - t0, 1)
+            rows.append(row)
+            jsonl.write(json.dumps(row) + "\n")
+            jsonl.flush()
+            print(f"[{i}/{len(problems)}] {problem.stem}: "
+                  + ", ".join(f"{k} {v:.4g} ms" for k, v in row.get("ms", {}).items()), flush=True)
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (interpreter)"
+    text = (f"{name}; torch {torch.__version__}, "
+            f"triton {port_run._version('triton')}; ceilings {json.dumps(ceilings)}\n\n" + table(rows))
+    (args.out / "seeds.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
