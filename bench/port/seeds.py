@@ -22,7 +22,6 @@ Developer tooling: the seeds are kernelab's own proposers' output, run in this p
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -42,8 +41,6 @@ import sm90  # noqa: E402  (bench/port/sm90.py: seeds and tunable edits)
 
 from kernelabd.propose.tune import params_of  # noqa: E402
 
-PROBLEMS = HERE / "problems"
-
 
 def parse_variant(text: str) -> tuple[str, dict[str, int]]:
     """``NAME:K=V,K=V`` → (NAME, {K: V})."""
@@ -57,26 +54,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, int]]:
     if not name or not values:
         raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME:TUNABLE=INTEGER,...")
     return name, values
-
-
-def load_candidate(source: str, path: Path, module: Any, model: Any, device: str) -> Any:
-    """The candidate built as the gate builds it (Triton reads kernels from their file)."""
-    import torch
-
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod
-    spec.loader.exec_module(mod)
-    built = mod.ModelNew(*module.get_init_inputs())
-    built.load_state_dict(model.state_dict(), strict=True)
-    built = built.to(device).eval()
-
-    def call(*inputs: Any) -> Any:
-        with torch.no_grad():
-            return built(*inputs)
-    return call
 
 
 def sources(problem: Path, proposer: str, variants: list[tuple[str, dict[str, int]]]) -> dict[str, str]:
@@ -117,7 +94,10 @@ def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], w
     for name, source in found.items():
         try:
             t0 = time.monotonic()
-            fn = load_candidate(source, work / f"{problem.stem}_{name}.py", module, model, device)
+            path = work / problem.stem / name / "best.py"       # Triton reads kernels from files
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(source)
+            fn = port_run.load_best(path, module, model, device)
             row["rel_error_vs_eager"][name] = port_run.rel_error(fn(*inputs), expected)
             port_run._sync(device)
             row.setdefault("compile_s", {})[name] = round(time.monotonic() - t0, 2)
@@ -173,12 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA GPU here (--device cpu runs a logic check; sm90.py checks the seeds' "
                  "resources without a GPU)")
-    problems = sorted(PROBLEMS.glob("*.py"))
-    if args.only:
-        unknown = set(args.only) - {p.stem for p in problems}
-        if unknown:
-            ap.error(f"unknown problem(s): {', '.join(sorted(unknown))}")
-        problems = [p for p in problems if p.stem in args.only]
+    problems = sm90.select_problems(args.only, ap)
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings(args.device)
     rows = []

@@ -294,6 +294,17 @@ def table(rows: list[KernelUse], failures: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def select_problems(only: list[str] | None, parser: argparse.ArgumentParser) -> list[Path]:
+    """The suite's problem files, or those named by ``--only`` (an unknown name is a usage error)."""
+    problems = sorted(PROBLEMS.glob("*.py"))
+    if only:
+        unknown = set(only) - {p.stem for p in problems}
+        if unknown:
+            parser.error(f"unknown problem(s): {', '.join(sorted(unknown))}")
+        problems = [p for p in problems if p.stem in only]
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="problems to check (default: all)")
@@ -312,12 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         values[name] = int(value)
     if args.grid and args.proposer != "template":
         parser.error("--grid samples the templates' declared tunables: use it with --proposer template")
-    problems = sorted(PROBLEMS.glob("*.py"))
-    if args.only:
-        unknown = set(args.only) - {p.stem for p in problems}
-        if unknown:
-            parser.error(f"unknown problem(s): {', '.join(sorted(unknown))}")
-        problems = [p for p in problems if p.stem in args.only]
+    problems = select_problems(args.only, parser)
     use_stand_in_driver()
     rows: list[KernelUse] = []
     failures: dict[str, str] = {}
