@@ -9,9 +9,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelabd.propose.base import Budget, Candidate, JobContext
 from kernelabd.propose.template import TemplateProposer
+from kernelabd.propose.templates.matmul import PACK_HELPER
 from kernelabd.propose.tune import parse_tunables
 from tests.gating import assert_passes, gate
 
@@ -200,3 +202,19 @@ def test_plain_reference_in_the_inbox_ends_done_with_a_template_port(kit):
     assert best.read_text().startswith('"""Template: RMSNorm')
     report = json.loads((kit.home.results / "rmsnorm" / "report.json").read_text())
     assert report["lineage"][0]["edit"] == "template: RMSNorm (fused, one pass)"
+
+
+def test_packing_copies_only_operands_that_are_not_k_major_and_aligned():
+    """``PACK``: TF32 tensor-core products take both operands K-major with 16-byte aligned rows,
+    so ``_k_major`` copies an operand that is not (zero-padding K) and leaves one that is."""
+    space: dict = {"torch": torch}
+    exec(PACK_HELPER, space)
+    k_major = space["_k_major"]
+    weight = torch.randn(24, 32)                     # nn.Linear's (N, K), K a multiple of 16
+    assert k_major(weight, 32) is weight, "already K-major and aligned: no copy"
+    b = torch.randn(40, 24)                          # a (K, N) right operand, K = 40
+    packed = k_major(b.t(), 48)
+    assert packed.is_contiguous() and packed.shape == (24, 48)
+    assert torch.equal(packed[:, :40], b.t()) and not packed[:, 40:].any(), "K padded with zeros"
+    odd = torch.randn(7, 33)
+    assert torch.equal(k_major(odd, 48)[:, :33], odd)
