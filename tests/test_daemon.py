@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store.db import connect
+from store.db import NotCreatedYet, connect
 
 SOFTMAX = ("softmax.py", "softmax.toml", "softmax.new.py")
 
@@ -47,7 +47,10 @@ def evaluating(kit) -> bool:
     """A candidate is in flight after at least one was accepted (mid-job)."""
     if not kit.home.db.exists():
         return False
-    conn = db(kit)
+    try:
+        conn = db(kit)
+    except NotCreatedYet:      # the daemon is creating the schema this moment
+        return False
     try:
         row = conn.execute("SELECT SUM(accepted), SUM(state = 'evaluating') FROM candidates")
         accepted, flying = row.fetchone()
