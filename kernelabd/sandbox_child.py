@@ -19,9 +19,10 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy
 import torch
@@ -29,6 +30,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from kernelabd import perturb, wire
 from kernelabd.gate import calibrate, oracle_wire_dtype
+
+T = TypeVar("T")
 
 # Captured before any evaluated code is imported: what the harness relies on.
 _TENSOR = torch.Tensor
@@ -245,9 +248,7 @@ class Harness:
                 setattr(module, key, value)
             init = list(module.get_init_inputs())
             require_json(init, "get_init_inputs()")
-            torch.manual_seed(msg["param_seeds"][idx])
-            with torch.device(self.device):    # parameters made where they will live
-                model = module.Model(*init)
+            model = on_device(self.device, msg["param_seeds"][idx], lambda init=init: module.Model(*init))
             randomise_parameters(model, msg["param_seeds"][idx])
             sd = model.state_dict()
             shapes.append({"init_inputs": init, "state_keys": list(sd)})
@@ -260,9 +261,8 @@ class Harness:
         for k, entry in enumerate(msg["sets"] + msg["timing_sets"]):
             for key, value in {**defaults, **module_consts[entry["shape"]]}.items():
                 setattr(module, key, value)
-            torch.manual_seed(entry["seed"])
-            with torch.device(self.device):    # draws on the GPU: a 512 MiB randn took ~1 s on CPU
-                inputs = to_device(list(module.get_inputs()), self.device)
+            inputs = to_device(on_device(self.device, entry["seed"], lambda: list(module.get_inputs())),
+                               self.device)
             inputs = [v.cpu() if isinstance(v, _TENSOR) else v
                       for v in apply_variant(inputs, entry["variant"], entry["seed"])]
             require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
@@ -300,8 +300,7 @@ class Harness:
             raise Refused("bad_candidate", "the candidate defines no ModelNew")
         it = iter(tensors)
         for shape in msg["shapes"]:
-            with torch.device(self.device):    # no CPU-side init of weights about to be replaced
-                model = module.ModelNew(*shape["init_inputs"])
+            model = on_device(self.device, None, lambda shape=shape: module.ModelNew(*shape["init_inputs"]))
             sd = {k: next(it) for k in shape["state_keys"]}
             try:
                 model.load_state_dict(sd, strict=True)
@@ -573,6 +572,27 @@ def require_json(values: list[Any], where: str) -> None:
     except (TypeError, ValueError) as exc:
         raise Refused("bad_reference", f"{where} returned a value that is neither a tensor nor "
                       f"a plain number/string/list: {exc}") from exc
+
+
+def on_device(device: str, seed: int | None, make: Callable[[], T]) -> T:
+    """``make()`` with ``device`` as the default device of new tensors, after seeding: weights
+    and inputs are made where they will live (a 512 MiB ``randn`` took about a second on CPU,
+    the FFN's 176 M weights several). Code that insists on host tensors (``.numpy()`` on a fresh
+    draw, a CPU generator) fails there; it is then run again as written, from the same seed."""
+    def run(default: str | None) -> T:
+        if seed is not None:
+            torch.manual_seed(seed)
+        if default is None:
+            return make()
+        with torch.device(default):
+            return make()
+
+    if device == "cpu":
+        return run(None)
+    try:
+        return run(device)
+    except Exception:  # arbitrary user code: its own failure, if any, shows on the plain run
+        return run(None)
 
 
 def randomise_parameters(model: torch.nn.Module, seed: int) -> None:

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelabd.check import Check, run_check
 from kernelabd.config import Config
@@ -98,3 +99,20 @@ def test_head_started_sandboxes_are_closed_when_the_check_ends_before_using_them
 
 def test_no_head_start_for_a_device_the_check_would_reject() -> None:
     assert head_start("gpu", "", 0.0, ("reference",)) == {}
+
+
+def test_a_reference_that_draws_on_the_host_still_gets_its_inputs():
+    """On a GPU, weights and inputs are made on the device; code that needs host tensors
+    (``.numpy()`` on a fresh draw) fails there and is run again as written, from the same seed.
+    The "meta" device stands in for a GPU: host-only code fails on it the same way."""
+    from kernelabd.sandbox_child import on_device
+
+    def host_only():
+        return torch.from_numpy(torch.randn(4).numpy() * 2)
+
+    drawn = on_device("meta", 7, host_only)
+    torch.manual_seed(7)
+    assert drawn.device.type == "cpu" and torch.equal(drawn, host_only()), "same seed, same draw"
+    assert on_device("meta", 7, lambda: torch.randn(4)).device.type == "meta", "made on the device"
+    with pytest.raises(ZeroDivisionError):
+        on_device("meta", 7, lambda: 1 / 0)
