@@ -607,7 +607,9 @@ def randomise_parameters(model: torch.nn.Module, seed: int) -> None:
         for p in model.parameters():
             if not p.is_floating_point() or p.numel() == 0:
                 continue
-            gen = gens.setdefault(p.device, torch.Generator(device=p.device).manual_seed(seed ^ 0x5EED))
+            if p.device not in gens:
+                gens[p.device] = torch.Generator(device=p.device).manual_seed(seed ^ 0x5EED)
+            gen = gens[p.device]
             data = p.detach().double()
             mean = float(data.mean())
             std = float(data.std()) if p.numel() > 1 else 0.0
