@@ -121,7 +121,7 @@ templates do; where that beats the FMA units, it sets the fp32 floor."""
 def matrix_rate(ceilings: dict[str, Any], dtype: str | None, tf32: bool) -> float | None:
     """The TFLOP/s that applies to a job whose main floating dtype is ``dtype``: for fp32
     without TF32, the faster of the FMA units and 3xTF32 (on an H200, 421 / 3 = 140 against 51
-    TFLOP/s measured; kernelab's 3xTF32 GEMMs ran at 82-87 TFLOP/s, past the FMA units' rate)."""
+    TFLOP/s measured; kernelab's 3xTF32 GEMMs ran at 77-87 TFLOP/s, past the FMA units' rate)."""
     key = {"torch.bfloat16": "bf16_tflops", "torch.float16": "fp16_tflops"}.get(dtype or "")
     if key is None and tf32 and "tf32_tflops" in ceilings:
         key = "tf32_tflops"

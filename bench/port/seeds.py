@@ -31,8 +31,21 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-if sys.argv[sys.argv.index("--device") + 1:][:1] == ["cpu"] if "--device" in sys.argv else False:
-    os.environ["TRITON_INTERPRET"] = "1"     # before Triton's import: its own jit helpers too
+
+
+def device_arg(argv: list[str]) -> str | None:
+    """``--device``'s value, read before argparse runs: the interpreter must be chosen before
+    Triton is imported, or Triton's own jit helpers are built for the GPU."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--device="):
+            return arg.partition("=")[2]
+        if arg == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+if device_arg(sys.argv) == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
