@@ -26,7 +26,7 @@ from kernelabd.clocks import ClockError, ClockSampler, locked_clocks, summarise
 from kernelabd.config import Config
 from kernelabd.problem import Problem, ProblemError, load_candidate, load_problem
 from kernelabd.result import CheckResult
-from kernelabd.sandbox import Sandbox, SandboxError, SandboxSpec, make_undumpable
+from kernelabd.sandbox import Sandbox, SandboxError, SandboxSpec, canonical_device, make_undumpable
 from kernelabd.timing import Comparison, TimerMismatch
 
 GATE_VARIANT_SETS = ("base", "base", "scaled", "heavy")   # per main shape; "base" twice: 2 seeds
@@ -60,17 +60,18 @@ class RefData:
 
 def normalise_device(device: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N``; raises ``ProblemError`` when that device is absent."""
-    if device == "cpu":
-        return device
-    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
-        count = torch.cuda.device_count()
-        index = int(device[5:]) if ":" in device else 0
-        if count == 0:
-            raise ProblemError(f"--device {device}: no CUDA device is visible on this machine")
-        if index >= count:
-            raise ProblemError(f"--device {device}: only {count} CUDA device(s) visible")
-        return f"cuda:{index}"
-    raise ProblemError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+    name = canonical_device(device)
+    if name is None:
+        raise ProblemError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+    if name == "cpu":
+        return name
+    count = torch.cuda.device_count()
+    index = int(name[5:])
+    if count == 0:
+        raise ProblemError(f"--device {device}: no CUDA device is visible on this machine")
+    if index >= count:
+        raise ProblemError(f"--device {device}: only {count} CUDA device(s) visible")
+    return name
 
 
 def plan_sets(problem: Problem, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:

@@ -249,14 +249,23 @@ class Sandbox:
         self.close()
 
 
+def canonical_device(device: str) -> str | None:
+    """``cpu`` or ``cuda:N`` for a well-formed device string (``cuda`` is ``cuda:0``), else None.
+    Syntax only, without torch: whether the device exists is the check's to say."""
+    if device == "cpu":
+        return device
+    if device == "cuda":
+        return "cuda:0"
+    return device if device.startswith("cuda:") and device[5:].isdigit() else None
+
+
 def head_start(device: str, user: str, memory_gb: float, labels: tuple[str, ...]) -> dict[str, Sandbox]:
     """Sandboxes started before the caller imports torch, so that their interpreters, torch
     imports and CUDA contexts come up while ours does (seconds of a check's wall time on a GPU
     machine). Only for a device string that names one device as the check will; anything else
     is left for the check to reject."""
-    if device == "cuda":
-        device = "cuda:0"
-    if device != "cpu" and not (device.startswith("cuda:") and device[5:].isdigit()):
+    device = canonical_device(device)
+    if device is None:
         return {}
     make_undumpable()
     boxes: dict[str, Sandbox] = {}
