@@ -114,6 +114,23 @@ def test_smoke_run_ports_two_problems_and_prints_the_table_then_the_goals(tmp_pa
         [ln for ln in lines if ln.startswith("| gelu")]
 
 
+def test_via_inbox_ports_through_the_daemon_as_a_user_would(tmp_path):
+    """``--via inbox``: the reference and its sidecar are dropped into a fresh home's inbox and
+    ``kernelab daemon --once`` ports it; the row and the table say so."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH / "run.py"), "--device", "cpu", "--smoke", "--only", "gelu", "--via", "inbox",
+           "--max-candidates", "1", "--out", str(out), "--work", str(tmp_path / "work")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert row["via"] == "inbox" and row["failure"] is None
+    assert row["job"]["state"] == "done" and row["job"]["lineage"][0]["proposer"] == "template"
+    assert "daemon" in row["port"]["command"] and "--once" in row["port"]["command"]
+    assert "kernelab daemon --once on an inbox" in proc.stderr
+    assert "- Ports run through: the daemon's inbox (`kernelab daemon --once`)" in proc.stdout
+    assert (tmp_path / "work" / "homes" / "gelu" / "results" / "gelu" / "best.py").exists()
+
+
 def sm90(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
     """bench/port/sm90.py in its own process (it installs a stand-in GPU driver), and its rows."""
     run = subprocess.run([sys.executable, str(BENCH / "sm90.py"), "--out", str(tmp_path), *args],
@@ -172,4 +189,4 @@ def test_seeds_times_a_seed_and_its_variants_against_eager(tmp_path):
     assert row["values"]["one"] == {**row["values"]["seed"], "STAGES": 2}
     assert all(d < 1e-5 for d in row["rel_error_vs_eager"].values())
     assert row["floor"]["bound"] == "memory"
-    assert "| softmax | one | PER_THREAD=16, STAGES=2, PER_SM=8 |" in proc.stdout
+    assert "| softmax | one | PER_THREAD=16, STAGES=2, PER_SM=8, EVICT=0 |" in proc.stdout

@@ -218,3 +218,98 @@ def test_packing_copies_only_operands_that_are_not_k_major_and_aligned():
     assert torch.equal(packed[:, :40], b.t()) and not packed[:, 40:].any(), "K padded with zeros"
     odd = torch.randn(7, 33)
     assert torch.equal(k_major(odd, 48)[:, :33], odd)
+
+
+
+SETTINGS_SWEEP = """
+import importlib.util, json, sys
+import torch
+spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+gen = torch.Generator().manual_seed(3)
+model = module.ModelNew(*json.loads(sys.argv[2]))
+for p in model.parameters():
+    p.data = torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5
+inputs = [torch.randn(s, generator=gen) for s in json.loads(sys.argv[3])]
+out = {}
+for settings in json.loads(sys.argv[4]):
+    for name, value in settings.items():
+        if hasattr(module, name):
+            setattr(module, name, value)
+    out[json.dumps(settings)] = model(*inputs).double().tolist()
+print(json.dumps(out))
+"""
+
+
+def sweep_settings(tmp_path: Path, source: str, init_values: list, shapes: list, settings: list[dict]) -> None:
+    """Run the template's candidate for ``source`` under each of ``settings`` (module-level
+    tunables; names the candidate lacks are skipped) in the interpreter and hold every output to
+    the reference's in float64. A subprocess: the interpreter must be on before Triton loads."""
+    import os
+    import subprocess
+    import sys
+
+    proposal = TemplateProposer().propose(context(source))
+    assert proposal is not None
+    cand = tmp_path / "cand.py"
+    cand.write_text(proposal.source)
+    run = subprocess.run([sys.executable, "-c", SETTINGS_SWEEP, str(cand), json.dumps(init_values),
+                          json.dumps(shapes), json.dumps(settings)],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr
+    space: dict = {}
+    exec(source, space)
+    model = space["Model"](*init_values).double()
+    gen = torch.Generator().manual_seed(3)
+    for p in model.parameters():
+        p.data = (torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5).double()
+    inputs = [torch.randn(s, generator=gen).double() for s in shapes]
+    with torch.no_grad():
+        want = model(*inputs)
+    outputs = json.loads(run.stdout)
+    assert len(outputs) == len(settings)
+    for setting, out in outputs.items():
+        err = float((torch.tensor(out, dtype=torch.float64) - want).abs().max() / want.abs().max())
+        assert err < 1e-5, f"{setting}: relative error {err:.2e}"
+
+
+MLP = ("def forward(self, x):\n    return self.w2(F.silu(self.w1(x)) * self.w3(x))\n",
+       "self.w1 = nn.Linear(dim, hidden, bias=False)\nself.w3 = nn.Linear(dim, hidden, bias=False)\n"
+       "self.w2 = nn.Linear(hidden, dim, bias=False)\n", ", dim: int, hidden: int")
+TILES = [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 4, "PACK": pack, "DOWN_BLOCK_N": down}
+         for bm, bn, bk, pack, down in [(16, 16, 16, 0, 32), (32, 16, 32, 1, 16), (16, 32, 64, 0, 16),
+                                        (64, 64, 16, 1, 64)]]
+
+
+@pytest.mark.parametrize(("forward", "init", "init_args", "init_values", "shapes"), [
+    # K a multiple of every BLOCK_K tried (the unmasked K loop) and K = 40 (the masked one); M and
+    # N never whole tiles (wrapped loads, masked store)
+    ("def forward(self, a, b):\n    return a @ b\n", "", "", [], [[33, 64], [64, 21]]),
+    ("def forward(self, a, b):\n    return a @ b\n", "", "", [], [[33, 40], [40, 21]]),
+    (*MLP, [64, 128], [[37, 64]]),
+    (*MLP, [48, 80], [[37, 48]]),
+])
+def test_matmul_tiles_hold_whole_and_partial_k_steps(tmp_path, forward, init, init_args, init_values, shapes):
+    """Every tile the tuner may pick gives the float64 product, whether K is walked in whole
+    steps (loads without bounds checks) or not, and with M and N never whole tiles; the gated
+    MLP's down projection on a tile width of its own."""
+    source = reference(forward, init=init, init_args=init_args,
+                       inputs=", ".join(f"torch.randn({s[0]}, {s[1]})" for s in shapes),
+                       init_values=", ".join(map(str, init_values)))
+    sweep_settings(tmp_path, source, init_values, shapes, TILES)
+
+
+@pytest.mark.parametrize("name", ["layer_norm_no_affine_2d", "rms_norm_weighted", "log_softmax_mid_dim"])
+def test_row_kernels_hold_for_every_launch_shape(tmp_path, name):
+    """Persistent programs (a few an SM, pipelined or not), a program a slice (``PER_SM = 0``)
+    and the evict-first load all give the float64 result, rows or strided slices alike."""
+    source = REFERENCES[name][0]
+    space: dict = {}
+    exec(source, space)
+    shapes = [list(t.shape) for t in space["get_inputs"]()]
+    settings = [{"PER_SM": per_sm, "STAGES": stages, "EVICT": evict, "PER_THREAD": per_thread}
+                for per_sm, stages, evict, per_thread in [(0, 1, 0, 16), (0, 1, 1, 4), (1, 2, 1, 8),
+                                                          (2, 3, 0, 32)]]
+    sweep_settings(tmp_path, source, list(space["get_init_inputs"]()), shapes, settings)

@@ -187,14 +187,17 @@ def time_interleaved(variants: dict[str, Any], timer: Timer, rounds: int, reps: 
 # The port: kernelab in a subprocess, its job read back from the database
 
 
-def write_config(home: Path, args: argparse.Namespace) -> None:
-    """The home's ``kernelab.toml`` (the loader is strict: only keys of kernelabd.config)."""
+def write_config(home: Path, args: argparse.Namespace, gpu: str | None = None) -> None:
+    """The home's ``kernelab.toml`` (the loader is strict: only keys of kernelabd.config); a
+    daemon run on one GPU is given that GPU's index."""
     jobs = [f"max_minutes = {float(args.minutes)!r}", f"max_candidates = {int(args.max_candidates)}"]
     if args.patience is not None:
         jobs.append(f"patience = {int(args.patience)}")
     if args.proposer:
         jobs.append("proposers = [" + ", ".join(json.dumps(p) for p in args.proposer) + "]")
     text = "[jobs]\n" + "\n".join(jobs) + "\n"
+    if gpu is not None:
+        text += f"\n[daemon]\ngpus = [{int(gpu)}]\n"
     timing = []
     if args.timing_budget_s is not None:
         timing.append(f"budget_s = {float(args.timing_budget_s)!r}")
@@ -205,11 +208,26 @@ def write_config(home: Path, args: argparse.Namespace) -> None:
     (home / "kernelab.toml").write_text(text)
 
 
-def kernelab_command(reference: Path, device: str, home: Path) -> list[str]:
-    """``kernelab port`` as a module: the console script may not be installed (the GPU image
-    gets kernelab from wheels unpacked onto PYTHONPATH)."""
+def kernelab_command(reference: Path, device: str, home: Path, via: str = "port") -> list[str]:
+    """``kernelab port``, or ``kernelab daemon --once`` on an inbox holding the reference (what
+    a user who drops a file in gets), as a module: the console script may not be installed
+    (the GPU image gets kernelab from wheels unpacked onto PYTHONPATH)."""
+    if via == "inbox":
+        return [sys.executable, "-m", "kernelabd", "daemon", "--once", "--device", device.split(":")[0],
+                "--home", str(home)]
     return [sys.executable, "-m", "kernelabd", "port", str(reference), "--device", device,
             "--json", "--home", str(home)]
+
+
+def drop_in_inbox(name: str, home: Path) -> None:
+    """The reference and its sidecar into ``HOME/inbox``, the sidecar first (the daemon pairs a
+    ``.py`` with the ``.toml`` beside it when it picks the ``.py`` up)."""
+    inbox = home / "inbox"
+    inbox.mkdir(parents=True, exist_ok=True)
+    sidecar = PROBLEMS / f"{name}.toml"
+    if sidecar.exists():
+        shutil.copyfile(sidecar, inbox / sidecar.name)
+    shutil.copyfile(PROBLEMS / f"{name}.py", inbox / f"{name}.py")
 
 
 def run_port(name: str, args: argparse.Namespace, home: Path, timeout_s: float) -> dict[str, Any]:
@@ -217,10 +235,17 @@ def run_port(name: str, args: argparse.Namespace, home: Path, timeout_s: float) 
     if home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True)
-    write_config(home, args)
-    cmd = kernelab_command(PROBLEMS / f"{name}.py", args.device, home)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p])}
+    gpu = None
+    if args.via == "inbox":
+        # the daemon picks its GPU by NVML index itself, so it gets the index, not a masked view
+        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        if args.device.startswith("cuda") and visible.isdigit():
+            gpu = env.pop("CUDA_VISIBLE_DEVICES")
+        drop_in_inbox(name, home)
+    write_config(home, args, gpu)
+    cmd = kernelab_command(PROBLEMS / f"{name}.py", args.device, home, args.via)
     log_path = home / "port.log"
     t0 = time.monotonic()
     timed_out = False
@@ -316,7 +341,7 @@ class Worker:
         self.args = args
         self.row_path = Path(args.work) / "parts" / f"{name}.json"
         self.row: dict[str, Any] = {"problem": name, "device": args.device, "smoke": args.smoke,
-                                    "minutes_budget": args.minutes, "started_at": time.time(),
+                                    "minutes_budget": args.minutes, "via": args.via, "started_at": time.time(),
                                     "ms": {}, "compile_s": {}, "errors": {}, "failure": None}
         self.phase = "start"
 
@@ -354,7 +379,8 @@ class Worker:
         self.save()
 
         home = Path(args.work) / "homes" / self.name
-        self.step("port", f"(kernelab port, {args.minutes:g} min budget, timeout {args.port_timeout_s:.0f} s)")
+        how = "kernelab daemon --once on an inbox" if args.via == "inbox" else "kernelab port"
+        self.step("port", f"({how}, {args.minutes:g} min budget, timeout {args.port_timeout_s:.0f} s)")
         ended: dict[str, Any] = {"exit": None, "wall_s": None, "timed_out": False, "interrupted": True}
         try:
             ended = run_port(self.name, args, home, args.port_timeout_s)
@@ -548,7 +574,7 @@ def worker_command(name: str, args: argparse.Namespace, port_timeout_s: float) -
            "--work", str(args.work), "--device", args.device, "--minutes", repr(args.minutes),
            "--max-candidates", str(args.max_candidates), "--port-timeout-s", repr(port_timeout_s),
            "--rounds", str(args.rounds), "--reps", str(args.reps), "--warmup", str(args.warmup),
-           "--max-timing-s", repr(args.max_timing_s), "--compile-modes", *args.compile_modes]
+           "--max-timing-s", repr(args.max_timing_s), "--via", args.via, "--compile-modes", *args.compile_modes]
     for flag, value in (("--patience", args.patience), ("--timing-budget-s", args.timing_budget_s),
                         ("--min-pairs", args.min_pairs)):
         if value is not None:
@@ -900,6 +926,9 @@ def pack(work: Path, target: Path, names: list[str]) -> None:
             return
 
 
+VIA = {"port": "`kernelab port`", "inbox": "the daemon's inbox (`kernelab daemon --once`)"}
+
+
 def header_lines(rows: list[dict[str, Any]]) -> list[str]:
     gpus = sorted({r.get("gpu") for r in rows if r.get("gpu")})
     devices = sorted({r.get("device") for r in rows if r.get("device")})
@@ -913,7 +942,9 @@ def header_lines(rows: list[dict[str, Any]]) -> list[str]:
             " min per problem",
             f"- Ceilings measured here (first row): {json.dumps(ceilings) if ceilings else '—'}",
             "- ms: median of cold-L2 samples taken in interleaved rounds; × X = X's ms / kernelab's ms; "
-            "% SOL = floor / kernelab ms; GPU min = kernelab's active time (wall of `kernelab port`)."]
+            "% SOL = floor / kernelab ms; GPU min = kernelab's active time (wall of `kernelab port`, or of "
+            "`kernelab daemon --once` on an inbox).",
+            "- Ports run through: " + ", ".join(sorted({VIA[r.get("via", "port")] for r in rows}) or [VIA["port"]])]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -926,6 +957,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--only", nargs="+", metavar="NAME", help="problems to run (default: all)")
     ap.add_argument("--group", nargs="+", choices=sorted(GROUPS), help="predefined group(s) of problems")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    ap.add_argument("--via", choices=["port", "inbox"], default="port",
+                    help="port: `kernelab port` (default); inbox: drop the reference into a home's inbox "
+                         "and run `kernelab daemon --once` on it, as a user would")
     ap.add_argument("--gpus", type=lambda s: [g for g in s.split(",") if g],
                     help="run problems in parallel, one per GPU of this list (e.g. 0,1,2,3,4,5,6,7)")
     ap.add_argument("--parallel", type=int, default=1,

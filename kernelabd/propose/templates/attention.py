@@ -6,9 +6,14 @@ device. Here one program owns ``BLOCK_M`` query rows of one (batch, head) and wa
 ``BLOCK_N`` blocks with an online softmax (running max and sum, fp32 accumulators), so scores
 never leave registers and each key/value block is read once per query block.
 
-- The scale is folded with log2(e) into one factor applied to the ``tl.dot`` result, and
-  ``exp2`` replaces ``exp``; the running max is subtracted before exponentiating, so large
-  logits (the gate's shifted inputs) cannot overflow.
+- The scale is folded with log2(e) into one factor, and ``exp2`` replaces ``exp``; the running
+  max is subtracted before exponentiating, so large logits (the gate's shifted inputs) cannot
+  overflow. When no key is masked and the scale is positive, the block's max is taken on the
+  raw product and scaling and subtraction are one fused multiply-add an element, as in Triton's
+  fused-attention tutorial.
+- Sizes that divide into whole blocks (``EVEN_M``/``EVEN_N``/``EVEN_D``, decided at launch)
+  load and store without masks: the common case (sequence lengths a multiple of 128, head dims
+  a power of two) pays for no bounds checks inside the key loop.
 - Causal attention (``is_causal=True``) is PyTorch's top-left aligned mask: query ``i`` sees keys
   ``j <= i``; key blocks wholly above the diagonal are not visited at all.
 - Any sequence lengths (masked), head dims padded to a power of two (masked), separate head dims
@@ -88,7 +93,8 @@ def kernel(precision: str) -> str:
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
                      sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, soz, soh, som, sod,
                      IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_M: tl.constexpr,
+                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr):
     pid = tl.program_id(0)
     blocks_m = tl.cdiv(M, BLOCK_M)
     zh = pid // blocks_m
@@ -103,8 +109,11 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
     rn = tl.arange(0, BLOCK_N)
     rd = tl.arange(0, BLOCK_D)
     re = tl.arange(0, BLOCK_DV)
-    q = tl.load(q_ptr + rm[:, None] * sqm + rd[None, :] * sqd,
-                mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
+    q_ptrs = q_ptr + rm[:, None] * sqm + rd[None, :] * sqd
+    if EVEN_M and EVEN_D:
+        q = tl.load(q_ptrs)
+    else:
+        q = tl.load(q_ptrs, mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
@@ -113,24 +122,35 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
         hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
     for start in range(0, hi, BLOCK_N):
         cols = start + rn
-        kt = tl.load(k_ptr + rd[:, None] * skd + cols[None, :] * skn,
-                     mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
-        s = _dot(q, kt, "{precision}") * qk_scale
-        keep = cols[None, :] < N
-        if IS_CAUSAL:
-            keep = keep & (cols[None, :] <= rm[:, None])
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        k_ptrs = k_ptr + rd[:, None] * skd + cols[None, :] * skn
+        v_ptrs = v_ptr + cols[:, None] * svn + re[None, :] * svd
+        if EVEN_N and EVEN_D:
+            kt = tl.load(k_ptrs)
+            vb = tl.load(v_ptrs)
+        else:
+            kt = tl.load(k_ptrs, mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
+            vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
+        qk = _dot(q, kt, "{precision}")
+        if IS_CAUSAL or not EVEN_N or not POS_SCALE:
+            keep = cols[None, :] < N
+            if IS_CAUSAL:
+                keep = keep & (cols[None, :] <= rm[:, None])
+            s = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            p = tl.exp2(s - m_new[:, None])
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        vb = tl.load(v_ptr + cols[:, None] * svn + re[None, :] * svd,
-                     mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
         acc = acc * alpha[:, None] + _dot(p.to(vb.dtype), vb, "{precision}")
         m_i = m_new
     acc = acc / l_i[:, None]
-    tl.store(o_ptr + rm[:, None] * som + re[None, :] * sod, acc.to(o_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (re[None, :] < DV))
+    o_ptrs = o_ptr + rm[:, None] * som + re[None, :] * sod
+    if EVEN_M and EVEN_D:
+        tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty))
+    else:
+        tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (re[None, :] < DV))
 '''
 
 
@@ -145,13 +165,14 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     q4, k4, v4, o4 = (_as_4d(t) for t in (q, k, v, out))
     Z, H, M, D = q4.shape
     N, DV = k4.shape[2], v4.shape[3]
+    block_d, block_dv = max(16, triton.next_power_of_2(D)), max(16, triton.next_power_of_2(DV))
     grid = (triton.cdiv(M, BLOCK_M) * Z * H,)
     attention_kernel[grid](q4, k4, v4, o4, float(scale) * 1.4426950408889634, H, M, N, D, DV,
                            *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                            IS_CAUSAL=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                           BLOCK_D=max(16, triton.next_power_of_2(D)),
-                           BLOCK_DV=max(16, triton.next_power_of_2(DV)),
-                           num_warps=num_warps, num_stages=num_stages)
+                           BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_M=M % BLOCK_M == 0,
+                           EVEN_N=N % BLOCK_N == 0, EVEN_D=block_d == D and block_dv == DV,
+                           POS_SCALE=scale > 0, num_warps=num_warps, num_stages=num_stages)
     return out
 '''
 

@@ -80,11 +80,22 @@ TILE_ORDER = """\
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
+    ra = rm % M
+    rb = rn % N
     cmask = (rm[:, None] < M) & (rn[None, :] < N)
 """
-CONSTEXPRS = "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr"
-LAUNCH = ("BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, "
-          "num_warps=num_warps, num_stages=num_stages")
+"""Loads read rows ``ra``/``rb``, the tile's rows wrapped into range (Triton's matmul tutorial
+does the same): an edge tile re-reads valid rows instead of masking, and only its store is
+masked, so the K loop carries no M/N bounds checks."""
+CONSTEXPRS = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, "
+              "EVEN_K: tl.constexpr")
+
+
+def launch(k: str) -> str:
+    """The launch's keyword arguments; ``EVEN_K`` (K in whole ``BLOCK_K`` steps) drops the K
+    loop's last bounds check too."""
+    return (f"BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K={k} % BLOCK_K == 0, "
+            "num_warps=num_warps, num_stages=num_stages")
 
 
 @dataclass
@@ -99,9 +110,17 @@ class Matmul:
     half: bool = False          # fp16/bf16 operands
 
 
-def _b_load(ptr: str, sk: str, sn: str) -> str:
-    return (f"tl.load({ptr} + kk[:, None] * {sk} + rn[None, :] * {sn}, "
-            f"mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)")
+def _loads(targets: list[tuple[str, str, str, str]]) -> str:
+    """K-loop loads of ``name = ptr[...]`` for ``(name, ptr, stride_k, stride_other)``; the first
+    is the A tile (rows × K), the rest B tiles (K × columns); unmasked when ``EVEN_K``."""
+    def load(name: str, ptr: str, sk: str, so: str, masked: bool) -> str:
+        a = name == targets[0][0]
+        offs = f"ra[:, None] * {so} + kk[None, :] * {sk}" if a else f"kk[:, None] * {sk} + rb[None, :] * {so}"
+        mask = (", mask=kk[None, :] < K, other=0.0" if a else ", mask=kk[:, None] < K, other=0.0") if masked else ""
+        return f"{name} = tl.load({ptr} + {offs}{mask})"
+    even = "".join(f"            {load(*t, False)}\n" for t in targets)
+    odd = "".join(f"            {load(*t, True)}\n" for t in targets)
+    return f"        if EVEN_K:\n{even}        else:\n{odd}"
 
 
 def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
@@ -115,12 +134,12 @@ def {name}(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args
 {TILE_ORDER}    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         kk = k * BLOCK_K + rk
-        a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = {_b_load("b_ptr", "sbk", "sbn")}
-        acc += _dot(a, b, "{precision}")
+{_loads([("a", "a_ptr", "sak", "sam"), ("b", "b_ptr", "sbk", "sbn")])}        acc += _dot(a, b, "{precision}")
 {loads}{lines}    tl.store(c_ptr + rm[:, None] * N + rn[None, :], {epilogue.result or "acc"}, mask=cmask)
 '''
+
+
+GATE_UP_LOADS = [("a", "a_ptr", "sak", "sam"), ("b1", "w1_ptr", "s1k", "s1n"), ("b3", "w3_ptr", "s3k", "s3n")]
 
 
 def gate_up_kernel(precision: str) -> str:
@@ -133,10 +152,8 @@ def gate_up_kernel(a_ptr, w1_ptr, w3_ptr, h_ptr, M, N, K, sam, sak, s1k, s1n, s3
     acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         kk = k * BLOCK_K + rk
-        a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        acc1 += _dot(a, {_b_load("w1_ptr", "s1k", "s1n")}, "{precision}")
-        acc3 += _dot(a, {_b_load("w3_ptr", "s3k", "s3n")}, "{precision}")
+{_loads(GATE_UP_LOADS)}        acc1 += _dot(a, b1, "{precision}")
+        acc3 += _dot(a, b3, "{precision}")
     h = acc1 / (1.0 + tl.exp(-acc1)) * acc3
     tl.store(h_ptr + rm[:, None] * N + rn[None, :], h, mask=cmask)
 '''
@@ -163,7 +180,7 @@ def {name}(self, {signature}):
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), sbk, sbn{op.epilogue.call_args("shape")},
-                        {LAUNCH})
+                        {launch("K")})
     return c.reshape(shape)
 '''
 
@@ -187,11 +204,13 @@ def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, import
     kernel's elements per thread tune separately (``ROW_PER_THREAD``)."""
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
     values = {**TUNE_VALUES, "ROW_PER_THREAD": rowwise.PER_THREAD, "ROW_STAGES": rowwise.STAGES,
-              "ROW_PER_SM": rowwise.PER_SM, **({"TILE": rowwise.TILES} if row.inner else {})}
+              "ROW_PER_SM": rowwise.PER_SM, "ROW_EVICT": rowwise.EVICT,
+              **({"TILE": rowwise.TILES} if row.inner else {})}
     seed = {**start(op.precision, op.half), "ROW_PER_THREAD": 16, "ROW_PER_SM": 8, "ROW_STAGES": 1,
-            "TILE": 4096}
+            "ROW_EVICT": 0, "TILE": 4096}
     methods = (forward(op, signature, "_matmul")
-               + rowwise.forward(row, "y", "_rowwise", "ROW_PER_THREAD", "ROW_PER_SM", "ROW_STAGES")
+               + rowwise.forward(row, "y", "_rowwise", "ROW_PER_THREAD", "ROW_PER_SM", "ROW_STAGES",
+                                 "ROW_EVICT")
                + f"\ndef forward(self, {signature}):\n    return self._rowwise(self._matmul({signature}))\n")
     source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
                             f"store, then {rowwise.TITLES[row.kind]} over each row; {op.precision} dots.",
@@ -223,25 +242,28 @@ def forward(self, {signature}):
     h = torch.empty((M, H), device=a.device, dtype=a.dtype)
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(H, BLOCK_N),)
     gate_up_kernel[grid](a, {op.w1}, {op.w3}, h, M, H, K, a.stride(0), a.stride(1),
-                         {_strides(op.w1, True)}, {_strides(op.w3, True)}, {LAUNCH})
+                         {_strides(op.w1, True)}, {_strides(op.w3, True)}, {launch("K")})
     N = {op.w2}.shape[0]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, DOWN_BLOCK_N),)
     matmul_kernel[grid](h, {op.w2}, c, M, N, H, h.stride(0), h.stride(1), {_strides(op.w2, True)},
-                        {LAUNCH})
+                        {launch("H").replace("BLOCK_N=BLOCK_N", "BLOCK_N=DOWN_BLOCK_N")})
     return c.reshape(*{op.x}.shape[:-1], N)
 '''
 
 
-MLP_VALUES = {k: v for k, v in TUNE_VALUES.items() if k != "PACK"}
-"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: nothing to pack."""
+MLP_VALUES = {**{k: v for k, v in TUNE_VALUES.items() if k != "PACK"}, "DOWN_BLOCK_N": [64, 128, 256]}
+"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: nothing to pack. The down
+projection's tile width tunes apart from the gate/up kernel's, whose two accumulators make its
+``BLOCK_N`` count twice: a 128×256 tile is the widest a plain 8-warp matmul holds, the gate/up
+kernel's equivalent is 128×128."""
 
 
 def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
                             f"silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
-              + common.tunables(MLP_VALUES, start(op.precision, op.half),
+              + common.tunables(MLP_VALUES, {**start(op.precision, op.half), "DOWN_BLOCK_N": 128},
                                 common.resources(MLP_RESOURCES, op.precision))
               + common.DOT_HELPER
               + gate_up_kernel(op.precision)

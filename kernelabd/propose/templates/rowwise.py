@@ -43,10 +43,13 @@ none of 3.6, 3.8 and 3.9; 64 elements spilled under 3.8 in every sampled configu
 tuner is not offered them; see bench/port/README.md.)"""
 MAX_WARPS = 32
 """Triton's limit (1024 threads); each thread then has at most 64 registers."""
-PER_SM = [1, 2, 4, 8, 16]
+PER_SM = [0, 1, 2, 4, 8, 16]
 STAGES = [1, 2, 3]
-"""A program walks slices ``outer`` apart (``PER_SM`` programs an SM) with ``STAGES`` slices'
-loads in flight (Triton's software pipelining), as Triton's fused-softmax tutorial does. What
+EVICT = [0, 1]
+"""A program walks slices ``outer`` apart (``PER_SM`` programs an SM; 0: a program a slice, as
+Inductor launches its reductions) with ``STAGES`` slices' loads in flight (Triton's software
+pipelining), as Triton's fused-softmax tutorial does; ``EVICT = 1`` marks the input, read once,
+first out of L2. What
 pays depends on the slice: on the H200 (``bench/port/seeds.py``, results under
 ``bench/port/results/2026-11-30-h200-call1``), a 16384-wide fp32 softmax row ran at 84 % of the
 copy rate with one stage and at 48 % with two (its 64 KiB a stage leave the SM one program),
@@ -86,7 +89,10 @@ def kernel(op: Rowwise) -> str:
         head.append("b = tl.load(b_ptr + r, mask=r < R, other=0.0).to(tl.float32)")
     loop = [
         "offs = tl.cast(o, tl.int64) * R * inner + r * inner + i",
-        "x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
+        "if EVICT_FIRST:",
+        "    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy='evict_first').to(tl.float32)",
+        "else:",
+        "    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
         *BODIES[op.kind],
         *(["y = y * w"] if op.weight else []),
         *(["y = y + b"] if op.bias else []),
@@ -96,11 +102,11 @@ def kernel(op: Rowwise) -> str:
     body += "\n    for o in tl.range(tl.program_id(0), outer, tl.num_programs(0), num_stages=STAGES):\n"
     body += "\n".join(f"        {line}" for line in loop)
     return (f"\n\n@triton.jit\ndef {op.kind}_kernel({args}, BLOCK_R: tl.constexpr, "
-            f"BLOCK_I: tl.constexpr, STAGES: tl.constexpr):\n{body}\n")
+            f"BLOCK_I: tl.constexpr, STAGES: tl.constexpr, EVICT_FIRST: tl.constexpr):\n{body}\n")
 
 
 def forward(op: Rowwise, signature: str, name: str = "forward", per_thread: str = "PER_THREAD",
-            per_sm: str = "PER_SM", stages: str = "STAGES") -> str:
+            per_sm: str = "PER_SM", stages: str = "STAGES", evict: str = "EVICT") -> str:
     """The method launching the kernel; a composed template names it and its tunables."""
     extra = "".join(f", {e}" for e in (op.weight, op.bias, op.eps) if e)
     return f'''
@@ -115,9 +121,10 @@ def {name}(self, {signature}):
     warps = min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(block_r * block_i, 32 * {per_thread})))
     columns = triton.cdiv(inner, block_i)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else outer
-    grid = (max(1, min(outer, triton.cdiv({per_sm} * sms, columns))), columns)
+    programs = triton.cdiv({per_sm} * sms, columns) if {per_sm} else outer
+    grid = (max(1, min(outer, programs)), columns)
     {op.kind}_kernel[grid](out, x, outer, R, inner{extra}, BLOCK_R=block_r, BLOCK_I=block_i,
-                           STAGES={stages}, num_warps=warps)
+                           STAGES={stages}, EVICT_FIRST={evict} == 1, num_warps=warps)
     return out
 '''
 
@@ -125,12 +132,12 @@ def {name}(self, {signature}):
 def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     """(candidate source, one-line edit description)."""
     title = TITLES[op.kind]
-    values = {"TILE": TILES, "PER_THREAD": PER_THREAD, "STAGES": STAGES, "PER_SM": PER_SM}
+    values = {"TILE": TILES, "PER_THREAD": PER_THREAD, "STAGES": STAGES, "PER_SM": PER_SM, "EVICT": EVICT}
     if not op.inner:
         values.pop("TILE")
     source = (common.header(f"Template: {title} over one extent in a single pass (whole slice in "
                             "registers, fp32 statistics), persistent programs.", imports)
-              + common.tunables(values, {"TILE": 4096, "PER_THREAD": 16, "PER_SM": 8, "STAGES": 1})
+              + common.tunables(values, {"TILE": 4096, "PER_THREAD": 16, "PER_SM": 8, "STAGES": 1, "EVICT": 0})
               + ("" if op.inner else "TILE = 4096\n")
               + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {title} (fused, one pass)"
