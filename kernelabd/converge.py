@@ -135,6 +135,7 @@ class Loop:
         self.prestart = device != "cpu" if prestart is None else prestart
         self._spares: dict[str, Sandbox] = {}
         self.costs: list[float] = []      # seconds each evaluation of this run took
+        self.declines: set[tuple[str, str]] = set()   # (proposer, reason) already recorded
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -276,7 +277,17 @@ class Loop:
             proposal = proposer.propose(ctx)
             if proposal is not None:
                 return proposal, proposer.name
+            self.note_decline(proposer)
         return None
+
+    def note_decline(self, proposer: Proposer) -> None:
+        """A proposer that gives a reason for having nothing (``last_reason``: the Inductor one
+        when Inductor hands the graph to cuBLAS, say) gets it recorded once a job, so the user
+        sees why every configured proposer did or did not contribute."""
+        reason = getattr(proposer, "last_reason", None)
+        if reason and (proposer.name, reason) not in self.declines:
+            self.declines.add((proposer.name, reason))
+            self.rec.event("proposer.declined", f"{proposer.name}: {reason}", job_id=self.job_id)
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -189,4 +189,4 @@ def test_seeds_times_a_seed_and_its_variants_against_eager(tmp_path):
     assert row["values"]["one"] == {**row["values"]["seed"], "STAGES": 2}
     assert all(d < 1e-5 for d in row["rel_error_vs_eager"].values())
     assert row["floor"]["bound"] == "memory"
-    assert "| softmax | one | PER_THREAD=16, STAGES=2, PER_SM=8, EVICT=0 |" in proc.stdout
+    assert "| softmax | one | PER_THREAD=32, STAGES=2, PER_SM=16, EVICT=0 |" in proc.stdout

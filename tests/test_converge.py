@@ -86,6 +86,20 @@ def test_a_job_with_nothing_to_run_fails_and_names_the_missing_proposers(home, k
     assert kinds.count("proposer.unavailable") == 2
 
 
+def test_a_proposer_that_declines_says_why_once(home):
+    """A reference no template matches: the template proposer's reason is recorded once, though
+    the loop asks it again, and the job fails naming what was configured."""
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return torch.cumsum(x, dim=0)\n"
+              "def get_inputs():\n    return [torch.randn(8, 4)]\ndef get_init_inputs():\n    return []\n")
+    loop, store = loop_for(home, NewProblem("cumsum", "x", source), {"proposers": ["template", "tune"]})
+    outcome = loop.run()
+    assert outcome.state == "failed" and "no candidate to evaluate" in outcome.error
+    declined = [r[0] for r in store.conn.execute(
+        "SELECT message FROM events WHERE kind = 'proposer.declined'")]
+    assert declined == ["template: no template matches the reference's graph"]
+
+
 def test_reference_failing_at_run_time_makes_the_job_invalid(home):
     loop, _ = loop_for(home, NewProblem("raising", "x", REF_RAISING, start_source=WRONG))
     outcome = loop.run()

@@ -771,10 +771,16 @@ class TemplateProposer:
 
     name = "template"
 
+    def __init__(self) -> None:
+        self.last_reason: str | None = None
+
     def propose(self, ctx: JobContext) -> Proposal | None:
         mine = [c for c in ctx.history if c.proposer == self.name]
+        self.last_reason = None
         if not mine:
             found = instantiate(ctx.reference_source, ctx.sidecar)
+            if found is None:
+                self.last_reason = "no template matches the reference's graph"
         elif len(mine) == 1 and mine[0].verdict in ("fail", "error") and TF32X3 in mine[0].source:
             found = instantiate(ctx.reference_source, ctx.sidecar, exact=True)
             if found is not None:

@@ -43,18 +43,26 @@ none of 3.6, 3.8 and 3.9; 64 elements spilled under 3.8 in every sampled configu
 tuner is not offered them; see bench/port/README.md.)"""
 MAX_WARPS = 32
 """Triton's limit (1024 threads); each thread then has at most 64 registers."""
+REGISTER_WARPS = 8
+"""More than 16 elements a thread only up to this many warps: 32 fp32 elements and their
+statistics take 128–170 registers (ptxas for sm_90), which 65536 registers an SM give each
+thread of at most 8 warps; a 16384-wide softmax row at 32 elements a thread (16 warps) spilled
+96 bytes and ran at 78 % of the copy rate against 84 % at 16 (H200). Wider slices fall back to
+16 elements a thread, so the seed's 32 serves 4096-wide rows and 16384-wide ones alike."""
 PER_SM = [0, 1, 2, 4, 8, 16]
 STAGES = [1, 2, 3]
 EVICT = [0, 1]
 """A program walks slices ``outer`` apart (``PER_SM`` programs an SM; 0: a program a slice, as
 Inductor launches its reductions) with ``STAGES`` slices' loads in flight (Triton's software
 pipelining), as Triton's fused-softmax tutorial does; ``EVICT = 1`` marks the input, read once,
-first out of L2. What
-pays depends on the slice: on the H200 (``bench/port/seeds.py``, results under
-``bench/port/results/2026-11-30-h200-call1``), a 16384-wide fp32 softmax row ran at 84 % of the
-copy rate with one stage and at 48 % with two (its 64 KiB a stage leave the SM one program),
-a 4096-wide LayerNorm row at 75 % with one and 83 % with three. The seed takes one stage and
-8 programs an SM (83 %, 75 %, 90 % on the strided RMSNorm); the tuner tries the stages next."""
+first out of L2. What pays depends on the slice. On the H200 (``bench/port/seeds.py``; results
+under ``bench/port/results/2026-11-30-h200-call1`` and ``…-s6-call1``), 4096-wide rows ran best
+at 32 elements a thread (4 warps) and 16 programs an SM: LayerNorm at 86 % of the copy rate
+(77 % at 16 elements and 8 programs), RMSNorm 92 % (91 %), the bf16 RMSNorm 74 % (64 %); a
+16384-wide softmax row wants 32 warps (16 elements: 84 %; 32 elements: 78 %), which
+``REGISTER_WARPS`` gives it. A program a row ran at 70 % (LayerNorm) to 92 % (RMSNorm); evict-first
+loads cost 1–12 points everywhere; pipelining two 64 KiB softmax rows, 48 %."""
+SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0}
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}
 
@@ -118,7 +126,8 @@ def {name}(self, {signature}):
     out = torch.empty_like(x)
     block_r = triton.next_power_of_2(R)
     block_i = max(1, min(triton.next_power_of_2(inner), TILE // block_r))
-    warps = min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(block_r * block_i, 32 * {per_thread})))
+    per_thread = {per_thread} if block_r * block_i <= 32 * {REGISTER_WARPS} * {per_thread} else min({per_thread}, 16)
+    warps = min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(block_r * block_i, 32 * per_thread)))
     columns = triton.cdiv(inner, block_i)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else outer
     programs = triton.cdiv({per_sm} * sms, columns) if {per_sm} else outer
@@ -137,7 +146,7 @@ def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[
         values.pop("TILE")
     source = (common.header(f"Template: {title} over one extent in a single pass (whole slice in "
                             "registers, fp32 statistics), persistent programs.", imports)
-              + common.tunables(values, {"TILE": 4096, "PER_THREAD": 16, "PER_SM": 8, "STAGES": 1, "EVICT": 0})
+              + common.tunables(values, SEED)
               + ("" if op.inner else "TILE = 4096\n")
               + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {title} (fused, one pass)"
