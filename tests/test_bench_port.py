@@ -78,6 +78,41 @@ def test_goal_checks_from_synthetic_rows():
     assert slow[4].startswith("FAIL") and "partial" in slow[5]
 
 
+def test_a_merged_report_takes_untimed_compile_modes_from_the_earlier_row(tmp_path):
+    """``--report`` over several runs: the latest row of a problem wins, and a torch.compile mode
+    it did not time (``--compile-modes default``) comes from the earlier row, said in the note."""
+    run = bench_module()
+
+    def row(kernelab, ms, errors=None):
+        job = {"best_candidate": 1, "active_s": 60.0, "bound": "memory", "sol_ms": 0.5, "candidates": 2,
+               "accepted": 1, "lineage": []}
+        return {"problem": "softmax", "ms": {"kernelab": kernelab, **ms}, "job": job, "port": {"wall_s": 80.0},
+                "failure": None, "errors": errors or {}}
+
+    old = row(1.0, {"eager": 2.0, "compile_default": 1.5, "compile_max_autotune": 3.0})
+    new = row(0.8, {"eager": 2.1, "compile_default": 1.6})
+    text = run.report([old, new], tmp_path, [])
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("| softmax")]
+    cells = [c.strip() for c in line.split("|")]
+    assert cells[3:7] == ["2.1", "1.6", "3", "0.8"], cells     # eager and compile new, max-autotune old
+    assert "max-autotune ms from an earlier command" in cells[14]
+    failed = row(0.8, {"eager": 2.1, "compile_default": 1.6}, errors={"compile_max_autotune": "OOM"})
+    text = run.report([old, failed], tmp_path, [])
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("| softmax")]
+    assert "earlier command" not in line and "| — |" in line, "a mode that failed now is not papered over"
+
+
+def test_speed_of_light_is_taken_at_the_fastest_rates_the_merged_rows_measured():
+    """A ceiling measured low in one worker must not flatter that row's % of speed of light."""
+    run = bench_module()
+    h200 = {"device_name": "NVIDIA H200", "copy_gbps": 4053.0, "bf16_tflops": 800.0}
+    rows = [{"ceilings": h200}, {"ceilings": {**h200, "copy_gbps": 4255.0, "bf16_tflops": 780.0}}, {}]
+    best = run.fastest_ceilings(rows)
+    assert best["copy_gbps"] == 4255.0 and best["bf16_tflops"] == 800.0
+    other = {"ceilings": {**h200, "device_name": "NVIDIA H100"}}
+    assert run.fastest_ceilings([*rows, other]) is None, "rates of two GPU models are not mixed"
+
+
 @pytest.mark.slow
 def test_smoke_run_ports_two_problems_and_prints_the_table_then_the_goals(tmp_path):
     out = tmp_path / "out"
