@@ -60,8 +60,9 @@ under ``bench/port/results/2026-11-30-h200-call1`` and ``…-s6-call1``), 4096-w
 at 32 elements a thread (4 warps) and 16 programs an SM: LayerNorm at 86 % of the copy rate
 (77 % at 16 elements and 8 programs), RMSNorm 92 % (91 %), the bf16 RMSNorm 74 % (64 %); a
 16384-wide softmax row wants 32 warps (16 elements: 84 %; 32 elements: 78 %), which
-``REGISTER_WARPS`` gives it. A program a row ran at 70 % (LayerNorm) to 92 % (RMSNorm); evict-first
-loads cost 1–12 points everywhere; pipelining two 64 KiB softmax rows, 48 %."""
+``REGISTER_WARPS`` gives it. A program a row ran at 70 % (LayerNorm) to 92 % (RMSNorm);
+evict-first loads were nowhere faster beyond noise (−0.3 % to +17 % time); pipelining two
+64 KiB softmax rows ran at 48 %."""
 SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0}
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}
