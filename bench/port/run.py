@@ -923,13 +923,20 @@ def backfill(row: dict[str, Any], earlier: dict[str, Any] | None) -> dict[str, A
     return {**row, "ms": {**ms, **missing}, "backfilled": sorted({*earlier.get("backfilled", []), *missing})}
 
 
-def report(rows: list[dict[str, Any]], out: Path, header: list[str]) -> str:
-    """Write ``table.md`` and return the text to print (lineage, table, goal checks last)."""
+def latest_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A row per problem: a later row supersedes (``backfill``ed from the earlier), unless it
+    never got to the port and the earlier did."""
     latest: dict[str, dict[str, Any]] = {}
-    for row in rows:                                # a later row of a problem supersedes, unless
-        name = row.get("problem")                   # it never got to the port and the earlier did
+    for row in rows:
+        name = row.get("problem")
         if name and (row.get("port") or not (latest.get(name) or {}).get("port")):
             latest[name] = backfill(row, latest.get(name))
+    return latest
+
+
+def report(rows: list[dict[str, Any]], out: Path, header: list[str]) -> str:
+    """Write ``table.md`` and return the text to print (lineage, table, goal checks last)."""
+    latest = latest_rows(rows)
     ceilings = fastest_ceilings(list(latest.values()))
     derived = [derive(latest[n], ceilings) for n in sorted(latest)]
     smoke = any(r.get("smoke") for r in latest.values())
@@ -974,8 +981,9 @@ def header_lines(rows: list[dict[str, Any]]) -> list[str]:
     gpus = sorted({r.get("gpu") for r in rows if r.get("gpu")})
     devices = sorted({r.get("device") for r in rows if r.get("device")})
     versions = next((r["versions"] for r in rows if r.get("versions")), {})
-    ceilings = fastest_ceilings(rows)
-    measured = [r["ceilings"]["copy_gbps"] for r in rows if (r.get("ceilings") or {}).get("copy_gbps")]
+    tabled = list(latest_rows(rows).values())       # the rows the table's floors come from
+    ceilings = fastest_ceilings(tabled)
+    measured = [r["ceilings"]["copy_gbps"] for r in tabled if (r.get("ceilings") or {}).get("copy_gbps")]
     spread = (f" (copy measured {min(measured):.0f}–{max(measured):.0f} GB/s over {len(measured)} rows)"
               if measured else "")
     return ["# kernelab port benchmark", "",

@@ -91,10 +91,10 @@ CONSTEXPRS = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constex
               "EVEN_K: tl.constexpr")
 
 
-def launch(k: str) -> str:
-    """The launch's keyword arguments; ``EVEN_K`` (K in whole ``BLOCK_K`` steps) drops the K
-    loop's last bounds check too."""
-    return (f"BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K={k} % BLOCK_K == 0, "
+def launch(k: str, block_n: str = "BLOCK_N") -> str:
+    """The launch's keyword arguments, the tile width from the tunable ``block_n``; ``EVEN_K``
+    (K in whole ``BLOCK_K`` steps) drops the K loop's last bounds check too."""
+    return (f"BLOCK_M=BLOCK_M, BLOCK_N={block_n}, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K={k} % BLOCK_K == 0, "
             "num_warps=num_warps, num_stages=num_stages")
 
 
@@ -113,14 +113,14 @@ class Matmul:
 def _loads(targets: list[tuple[str, str, str, str]]) -> str:
     """K-loop loads of ``name = ptr[...]`` for ``(name, ptr, stride_k, stride_other)``; the first
     is the A tile (rows × K), the rest B tiles (K × columns); unmasked when ``EVEN_K``."""
-    def load(name: str, ptr: str, sk: str, so: str, masked: bool) -> str:
-        a = name == targets[0][0]
-        offs = f"ra[:, None] * {so} + kk[None, :] * {sk}" if a else f"kk[:, None] * {sk} + rb[None, :] * {so}"
-        mask = (", mask=kk[None, :] < K, other=0.0" if a else ", mask=kk[:, None] < K, other=0.0") if masked else ""
+    def load(name: str, ptr: str, sk: str, so: str, is_a: bool, masked: bool) -> str:
+        offs = f"ra[:, None] * {so} + kk[None, :] * {sk}" if is_a else f"kk[:, None] * {sk} + rb[None, :] * {so}"
+        mask = f", mask={'kk[None, :]' if is_a else 'kk[:, None]'} < K, other=0.0" if masked else ""
         return f"{name} = tl.load({ptr} + {offs}{mask})"
-    even = "".join(f"            {load(*t, False)}\n" for t in targets)
-    odd = "".join(f"            {load(*t, True)}\n" for t in targets)
-    return f"        if EVEN_K:\n{even}        else:\n{odd}"
+
+    def block(masked: bool) -> str:
+        return "".join(f"            {load(*t, i == 0, masked)}\n" for i, t in enumerate(targets))
+    return f"        if EVEN_K:\n{block(False)}        else:\n{block(True)}"
 
 
 def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
@@ -247,7 +247,7 @@ def forward(self, {signature}):
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, DOWN_BLOCK_N),)
     matmul_kernel[grid](h, {op.w2}, c, M, N, H, h.stride(0), h.stride(1), {_strides(op.w2, True)},
-                        {launch("H").replace("BLOCK_N=BLOCK_N", "BLOCK_N=DOWN_BLOCK_N")})
+                        {launch("H", "DOWN_BLOCK_N")})
     return c.reshape(*{op.x}.shape[:-1], N)
 '''
 
