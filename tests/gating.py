@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernelabd.check import run_check
+from kernelabd.harness.check import run_check
 
 
 def gate(tmp_path: Path, name: str, reference: str, sidecar: str | None, candidate: str,

@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kernelabd.check import Check, plan_sets  # noqa: E402
-from kernelabd.clocks import ClockError, ClockSampler  # noqa: E402
 from kernelabd.config import Config  # noqa: E402
-from kernelabd.problem import load_problem  # noqa: E402
-from kernelabd.sandbox import Sandbox  # noqa: E402
-from kernelabd.timing import Comparison  # noqa: E402
+from kernelabd.harness.check import Check, plan_sets  # noqa: E402
+from kernelabd.harness.clocks import ClockError, ClockSampler  # noqa: E402
+from kernelabd.harness.problem import load_problem  # noqa: E402
+from kernelabd.harness.sandbox import Sandbox  # noqa: E402
+from kernelabd.harness.timing import Comparison  # noqa: E402
 
 EX = ROOT / "examples"
 HERE = ROOT / "bench" / "harness"

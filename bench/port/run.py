@@ -117,7 +117,7 @@ class Timer:
     def __init__(self, device: str) -> None:
         import torch
 
-        from kernelabd.ceilings import device_timer
+        from kernelabd.service.ceilings import device_timer
 
         self.torch = torch
         self.clock = device_timer(torch.device(device))
@@ -179,7 +179,7 @@ def time_interleaved(variants: dict[str, Any], timer: Timer, rounds: int, reps: 
 # Speed of light
 
 
-# kernelab's own measurement (kernelabd.ceilings, kernelabd.capture.work_of) is used as is, so
+# kernelab's own measurement (kernelabd.service.ceilings, kernelabd.service.capture.work_of) is used as is, so
 # the table's floor is the one kernelab's jobs stop on.
 
 
@@ -370,7 +370,7 @@ class Worker:
         return 0
 
     def _run(self) -> None:
-        from kernelabd.problem import load_problem
+        from kernelabd.harness.problem import load_problem
 
         args = self.args
         problem = load_problem(PROBLEMS / f"{self.name}.py")
@@ -399,9 +399,9 @@ class Worker:
     def measure(self, problem: Any, constants: dict[str, Any], home: Path, job: dict[str, Any] | None) -> None:
         import torch
 
-        from kernelabd.capture import load_reference, work_of
-        from kernelabd.ceilings import floor_ms
-        from kernelabd.ceilings import measure as measure_ceilings
+        from kernelabd.service.capture import load_reference, work_of
+        from kernelabd.service.ceilings import floor_ms
+        from kernelabd.service.ceilings import measure as measure_ceilings
 
         args = self.args
         device = args.device
@@ -776,9 +776,9 @@ def current_floor(row: dict[str, Any], ceilings: dict[str, Any] | None = None) -
     """The speed-of-light floor from the row's measured work and ceilings (or ``ceilings``)
     under kernelab's current rule, so that rows of several commands compare alike (the fp32 rate
     became the faster of the FMA units and 3xTF32 after the first H200 runs;
-    ``kernelabd.ceilings``)."""
-    from kernelabd.ceilings import floor_ms
-    from kernelabd.problem import ProblemError, load_problem
+    ``kernelabd.service.ceilings``)."""
+    from kernelabd.harness.problem import ProblemError, load_problem
+    from kernelabd.service.ceilings import floor_ms
 
     ceilings = ceilings or row.get("ceilings")
     if not row.get("work") or not ceilings:

@@ -86,9 +86,9 @@ def sources(problem: Path, proposer: str, variants: list[tuple[str, dict[str, in
 def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], work: Path) -> dict[str, Any]:
     import torch
 
-    from kernelabd.capture import load_reference, work_of
-    from kernelabd.ceilings import floor_ms
-    from kernelabd.problem import load_problem
+    from kernelabd.harness.problem import load_problem
+    from kernelabd.service.capture import load_reference, work_of
+    from kernelabd.service.ceilings import floor_ms
 
     device = args.device
     loaded = load_problem(problem)
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from kernelabd.ceilings import measure as measure_ceilings
+    from kernelabd.service.ceilings import measure as measure_ceilings
 
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA GPU here (--device cpu runs a logic check; sm90.py checks the seeds' "

@@ -50,8 +50,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from kernelabd.capture import load_reference, main_dtype  # noqa: E402
-from kernelabd.problem import load_problem  # noqa: E402
+from kernelabd.harness.problem import load_problem  # noqa: E402
 from kernelabd.propose.base import Budget, JobContext, Proposer  # noqa: E402
 from kernelabd.propose.inductor import InductorProposer, use_stand_in_driver  # noqa: E402
 from kernelabd.propose.template import TemplateProposer  # noqa: E402
@@ -63,6 +62,7 @@ from kernelabd.propose.tune import (  # noqa: E402
     parse_tunables,
     resources_of,
 )
+from kernelabd.service.capture import load_reference, main_dtype  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "port" / "problems"
 REGISTERS_PER_SM = 65536

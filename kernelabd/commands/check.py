@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelabd.config import ConfigError, load
-from kernelabd.result import CheckResult
-from kernelabd.sandbox import head_start
+from kernelabd.harness.result import CheckResult
+from kernelabd.harness.sandbox import head_start
 from store.home import resolve_home
 
 
@@ -119,7 +119,7 @@ def check(reference: str, candidate: str, device: str, baseline: str | None, as_
     files = [reference, candidate, *([baseline] if baseline else [])]
     labels = ("reference", "candidate", "baseline")[:len(files)] if all(map(_is_file, files)) else ()
     early = head_start(device, config.sandbox.user, config.sandbox.memory_gb, labels)
-    from kernelabd.check import run_check  # torch is imported only once arguments are valid
+    from kernelabd.harness.check import run_check  # torch is imported only once arguments are valid
 
     try:
         with err.status("starting", spinner="dots") as status:

@@ -6,8 +6,8 @@ import sys
 
 import click
 
+from kernelabd.client import ensure_home, home_option
 from kernelabd.config import ConfigError, load
-from kernelabd.jobs_api import ensure_home, home_option
 from kernelabd.log import log_level_option, setup_logging
 from store.db import StoreError
 from store.home import resolve_home
@@ -23,8 +23,8 @@ from store.home import resolve_home
 @log_level_option
 def daemon(home_dir: str | None, device: str | None, once: bool, log_level: str | None) -> None:
     """Run the daemon until SIGTERM (or, with --once, until the inbox's jobs are done)."""
-    from kernelabd.daemon import AlreadyRunning, Daemon, Options
-    from kernelabd.devices import DeviceError
+    from kernelabd.service.daemon import AlreadyRunning, Daemon, Options
+    from kernelabd.service.devices import DeviceError
 
     home = ensure_home(resolve_home(home_dir))
     try:

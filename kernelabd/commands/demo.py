@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from kernelabd.jobs_api import ensure_home, submit
+from kernelabd.client import ensure_home, submit
 from store.home import Home
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

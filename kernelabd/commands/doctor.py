@@ -1,4 +1,4 @@
-"""``kernelab doctor [--json] [--home DIR]``: every check of ``kernelabd.doctor``, as a table or
+"""``kernelab doctor [--json] [--home DIR]``: every check of ``kernelabd.service.doctor``, as a table or
 as ``{"checks": [{"name", "status", "detail", "hint"}]}``; exit 1 only when a check fails."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kernelabd.doctor import FAIL, Check, run_checks
+from kernelabd.service.doctor import FAIL, Check, run_checks
 from store.home import resolve_home
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from kernelabd.jobs_api import daemon_alive, home_option, post, wait_command
+from kernelabd.client import daemon_alive, home_option, post, wait_command
 from store.db import connect
 from store.home import resolve_home
 

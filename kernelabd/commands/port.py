@@ -15,8 +15,9 @@ from pathlib import Path
 
 import click
 
+from kernelabd.client import ensure_home, home_option
 from kernelabd.config import ConfigError, load
-from kernelabd.jobs_api import LocalRecorder, ensure_home, home_option
+from kernelabd.service.recorder import LocalRecorder
 from store.db import connect
 from store.home import resolve_home
 from store.records import Store
@@ -29,7 +30,7 @@ def pick_device(requested: str | None) -> str:
     """The harness device: as asked, else the first GPU when NVML finds one, else the CPU."""
     if requested:
         return requested
-    from kernelabd.devices import discover
+    from kernelabd.service.devices import discover
 
     devices, _ = discover(None, [])
     return "cuda" if devices[0].index is not None else "cpu"
@@ -47,8 +48,8 @@ def port(home_dir: str | None, reference: Path, device: str | None, proposers: t
     """Port/tune REFERENCE in the foreground (NAME.toml and NAME.new.py beside it are used)."""
     from rich.console import Console
 
-    from kernelabd.converge import Loop
-    from kernelabd.watch import read_problem
+    from kernelabd.service.converge import Loop
+    from kernelabd.service.inbox import read_problem
 
     home = ensure_home(resolve_home(home_dir))
     try:
@@ -105,6 +106,6 @@ def _run(store: Store, recorder: LocalRecorder, job_id: int, device: str, config
 
 
 def _check():
-    from kernelabd.check import run_check
+    from kernelabd.harness.check import run_check
 
     return run_check

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from kernelabd.jobs_api import home_option
+from kernelabd.client import home_option
 from store.db import NotCreatedYet, connect
 from store.home import Home, resolve_home
 from store.status import daemon as daemon_row

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from kernelabd.jobs_api import home_option
-from kernelabd.jobs_api import submit as submit_files
+from kernelabd.client import home_option
+from kernelabd.client import submit as submit_files
 from store.home import resolve_home
 
 

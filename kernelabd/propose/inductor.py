@@ -767,7 +767,7 @@ def capture(source: str, device: str, constants: dict[str, Any]) -> Capture:
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.graph import GraphLowering
 
-    from kernelabd.capture import load_reference
+    from kernelabd.service.capture import load_reference
 
     torch._dynamo.reset()
     _, model, inputs = load_reference(source, constants)
@@ -862,7 +862,7 @@ def generate(source: str, device: str, shapes: list[dict[str, Any]]) -> dict[str
 
 def gate_shapes(sidecar: str | None, device: str) -> list[dict[str, Any]]:
     """The module constants of every shape the gate checks: the device's sizes, then the
-    sidecar's ``extra_shapes`` (as ``kernelabd.check.plan_sets`` plans them)."""
+    sidecar's ``extra_shapes`` (as ``kernelabd.harness.check.plan_sets`` plans them)."""
     try:
         data = tomllib.loads(sidecar or "")
     except tomllib.TOMLDecodeError:

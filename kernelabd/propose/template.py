@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
 
-from kernelabd.capture import load_reference
 from kernelabd.propose.base import JobContext, Proposal
 from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
 from kernelabd.propose.tune import params_of
+from kernelabd.service.capture import load_reference
 
 FUNCTIONS: dict[Any, str] = {
     operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",

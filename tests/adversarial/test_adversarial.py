@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelabd.check import run_check
 from kernelabd.config import Config
-from kernelabd.result import CheckResult
+from kernelabd.harness.check import run_check
+from kernelabd.harness.result import CheckResult
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernelabd.accept import aa_noise, decide
+from kernelabd.harness.accept import aa_noise, decide
 
 TRIALS = 1000
 PAIRS = 10

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from kernelabd.clocks import ClockError, ClockSampler, locked_clocks, reason_names, summarise
+from kernelabd.harness.clocks import ClockError, ClockSampler, locked_clocks, reason_names, summarise
 
 
 class RecordingNvml:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelabd.check import Check, run_check
 from kernelabd.config import Config
-from kernelabd.sandbox import head_start
+from kernelabd.harness.check import Check, run_check
+from kernelabd.harness.sandbox import head_start
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax.py"
@@ -70,7 +70,7 @@ def _our_sandbox(proc: Path) -> bool:
     """A sandbox process started by this test process (other tests may run sandboxes too)."""
     try:
         ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        return ppid == os.getpid() and b"kernelabd.sandbox_child" in (proc / "cmdline").read_bytes()
+        return ppid == os.getpid() and b"kernelabd.harness.child.server" in (proc / "cmdline").read_bytes()
     except (OSError, ValueError, IndexError):
         return False
 
@@ -105,7 +105,7 @@ def test_a_reference_that_draws_on_the_host_still_gets_its_inputs():
     """On a GPU, weights and inputs are made on the device; code that needs host tensors
     (``.numpy()`` on a fresh draw) fails there and is run again as written, from the same seed.
     The "meta" device stands in for a GPU: host-only code fails on it the same way."""
-    from kernelabd.sandbox_child import on_device
+    from kernelabd.harness.child.server import on_device
 
     def host_only():
         return torch.from_numpy(torch.randn(4).numpy() * 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.timing import TimerMismatch, check_trusted
+from kernelabd.harness.timing import TimerMismatch, check_trusted
 
 
 def test_consistent_report_passes() -> None:

@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from kernelabd import wire
+from kernelabd.harness import wire
 
 
 def roundtrip(header: dict, tensors: list[torch.Tensor]) -> tuple[dict, list[torch.Tensor]]:

@@ -6,11 +6,11 @@ import sqlite3
 import time
 from pathlib import Path
 
-import tuidb
-from conftest import make_app, settle
 from textual.widgets import DataTable, Input, TabbedContent
 
 from store import connect
+from tests.tui import tuidb
+from tests.tui.driving import make_app, settle
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.dashboard import Dashboard
 from tui.screens.detail import CandidateTable, JobDetail

@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import tuidb
 
 from store import connect
+from tests.tui import tuidb
 from tui import data
 
 

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_app, settle
 from textual.pilot import Pilot
 from textual.widgets import DataTable
+
+from tests.tui.driving import make_app, settle
 
 
 async def _loaded(pilot: Pilot[None]) -> None:

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import tuidb
 
 from store import connect
+from tests.tui import tuidb
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELAB = str(Path(sys.executable).with_name("kernelab"))

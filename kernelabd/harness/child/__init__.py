@@ -1,0 +1,1 @@
+"""What runs inside a sandbox process, next to untrusted code."""

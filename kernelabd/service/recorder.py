@@ -1,0 +1,89 @@
+"""The ``LocalRecorder``: how the convergence loop writes to the store, in the daemon for its
+workers (over the RPC pipe, limited to ``RPC_METHODS``) or in a foreground ``kernelab port``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from store.home import Home
+from store.records import Store
+
+
+class LocalRecorder:
+    """The convergence loop's ``Recorder`` over the writer's ``Store``; it also keeps
+    ``results/NAME/`` current on every acceptance."""
+
+    def __init__(self, store: Store, home: Home) -> None:
+        self.store = store
+        self.home = home
+
+    def load(self, job_id: int) -> dict[str, Any]:
+        job = self.store.job(job_id)
+        if job is None:
+            raise LookupError(f"no job {job_id}")
+        job_config = json.loads(job["config"] or "{}")
+        if isinstance(job.get("capture"), str):
+            job["capture"] = json.loads(job["capture"])
+        return {"job": job, "job_config": job_config, "candidates": self.store.candidates(job_id)}
+
+    def add_candidate(self, job_id: int, proposal: dict[str, Any], proposer: str) -> int:
+        return self.store.add_candidate(job_id, proposer=proposer, source=proposal["source"],
+                                        parent_id=proposal.get("parent_id"),
+                                        edit=proposal.get("edit"), params=proposal.get("params"),
+                                        language=proposal.get("language") or "triton")
+
+    def start_candidate(self, candidate_id: int) -> None:
+        self.store.start_candidate(candidate_id)
+
+    def finish_candidate(self, job_id: int, candidate_id: int, result: dict[str, Any],
+                         accepted: bool) -> None:
+        self.store.finish_candidate(candidate_id, result, accepted)
+        if accepted:
+            from kernelabd.service.reports import write_results
+
+            write_results(self.store, self.home, job_id)
+
+    def update_job(self, job_id: int, fields: dict[str, Any]) -> None:
+        allowed = {"reference_ms", "reference_noise", "sol_ms", "capture"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"a worker may not set {sorted(bad)}")
+        if isinstance(fields.get("capture"), dict):
+            fields = {**fields, "capture": json.dumps(fields["capture"])}
+        self.store.update_job(job_id, **fields)
+
+    def add_active_time(self, job_id: int, seconds: float) -> None:
+        self.store.add_active_time(job_id, seconds)
+
+    def device_ceilings(self, job_id: int) -> dict[str, Any] | None:
+        """The ceilings of the device the job runs on, if measured before."""
+        job = self.store.job(job_id)
+        return self.store.device_ceilings(job["device"]) if job and job["device"] else None
+
+    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool:
+        """Keep freshly measured ceilings with the job's device, for every later job there."""
+        job = self.store.job(job_id)
+        if not job or not job["device"]:
+            return False
+        return self.store.set_device_ceilings(job["device"], ceilings)
+
+    def event(self, kind: str, message: str, level: str = "info",
+              job_id: int | None = None) -> None:
+        self.store.event(kind, message, level=level, job_id=job_id)
+
+    def end_job(self, job_id: int, state: str, stop_reason: str | None,
+                error: str | None) -> None:
+        from kernelabd.service.reports import write_results
+
+        self.store.end_job(job_id, state, stop_reason=stop_reason, error=error)
+        write_results(self.store, self.home, job_id)
+        detail = error if error else stop_reason
+        self.store.event(f"job.{state}", detail or "", job_id=job_id,
+                         level="info" if state == "done" else "warning")
+
+
+# The calls a worker may make on the daemon's recorder (nothing else crosses the pipe).
+RPC_METHODS = frozenset({"load", "add_candidate", "start_candidate", "finish_candidate",
+                         "update_job", "add_active_time", "event", "end_job",
+                         "device_ceilings", "set_device_ceilings"})

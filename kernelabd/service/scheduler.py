@@ -1,0 +1,208 @@
+"""GPU slots and the queue: one worker process per device, one job per worker, highest
+priority first; the daemon's side of each worker's pipe; and the job commands.
+
+A worker is started on the first job for its device and kept for the next (importing torch is
+the slow part). Pausing or cancelling a running job kills its worker's process group at once,
+which is what makes a command take effect within a second even in the middle of a long
+evaluation; the interrupted evaluation is simply redone when the job resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from kernelabd.config import Config
+from kernelabd.service.devices import Device
+from kernelabd.service.recorder import RPC_METHODS, LocalRecorder
+from store.home import Home
+from store.records import Store
+
+JOIN_S = 5.0
+
+
+class Worker:
+    """The daemon's handle on one device's worker process."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.conn: Connection | None = None
+        self.job_id: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def start(self, config: Config, home: Home) -> None:
+        from kernelabd.service import worker
+
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe()
+        self.process = ctx.Process(
+            target=worker.main, name=f"kernelab-worker-{self.device.id}", daemon=False,
+            args=(theirs, self.device.worker_env(), config, self.device.check_device,
+                  str(home.work)))
+        self.process.start()
+        theirs.close()
+        self.conn = ours
+
+    def assign(self, job_id: int) -> None:
+        assert self.conn is not None
+        self.job_id = job_id
+        self.conn.send(("run", job_id))
+
+    def kill(self) -> None:
+        """End the worker and everything it started (its own process group) now."""
+        if self.process is not None and self.process.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            # A worker killed while still starting has not made its own group yet (setsid is its
+            # first step), so the group kill finds nothing: kill the process itself as well,
+            # or join() waits its full timeout and a cancel misses its one-second promise.
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            self.process.join(JOIN_S)
+        if self.conn is not None:
+            self.conn.close()
+        self.process, self.conn, self.job_id = None, None, None
+
+
+class Scheduler:
+    """Assigns queued jobs to idle devices and serves the workers' calls."""
+
+    def __init__(self, devices: list[Device], store: Store, recorder: LocalRecorder,
+                 config: Config, home: Home) -> None:
+        self.workers = [Worker(d) for d in devices]
+        self.store = store
+        self.recorder = recorder
+        self.config = config
+        self.home = home
+
+    @property
+    def busy(self) -> list[Worker]:
+        return [w for w in self.workers if w.job_id is not None]
+
+    def worker_for(self, job_id: int) -> Worker | None:
+        return next((w for w in self.workers if w.job_id == job_id), None)
+
+    def schedule(self) -> None:
+        """Give every idle device the best queued job."""
+        for worker in self.workers:
+            if worker.job_id is not None:
+                continue
+            job_id = self.store.next_queued()
+            if job_id is None:
+                return
+            if not worker.alive:
+                worker.kill()
+                worker.start(self.config, self.home)
+            self.store.start_job(job_id, worker.device.id)
+            self.store.event("job.started", f"on {worker.device.id}", job_id=job_id)
+            worker.assign(job_id)
+
+    def serve(self, timeout: float) -> None:
+        """Answer the workers' calls for up to ``timeout`` seconds (returns after one round)."""
+        conns = {w.conn: w for w in self.workers if w.conn is not None}
+        if not conns:
+            time.sleep(timeout)
+            return
+        for conn in wait(list(conns), timeout):
+            self._serve_one(conns[conn])
+
+    def _serve_one(self, worker: Worker) -> None:
+        assert worker.conn is not None
+        try:
+            _, method, args = worker.conn.recv()
+        except (EOFError, OSError):
+            self._lost(worker)
+            return
+        try:
+            if method not in RPC_METHODS:
+                raise ValueError(f"unknown call {method!r}")
+            value = getattr(self.recorder, method)(*args)
+            reply: tuple[str, Any] = ("ok", value)
+        except Exception as exc:
+            self.store.event("daemon.error", f"{method}: {type(exc).__name__}: {exc}",
+                             level="error", job_id=worker.job_id)
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        if method == "end_job" and reply[0] == "ok":
+            worker.job_id = None
+        try:
+            worker.conn.send(reply)
+        except (BrokenPipeError, OSError):
+            self._lost(worker)
+
+    def _lost(self, worker: Worker) -> None:
+        """A worker died on its own: its job fails (a retry resumes it), the device frees."""
+        code = worker.process.exitcode if worker.process is not None else None
+        job_id = worker.job_id
+        worker.kill()
+        if job_id is not None:
+            self.store.interrupt_job(job_id, "running")
+            self.recorder.end_job(job_id, "failed", None,
+                                  f"worker process died (exit code {code}); retry resumes it")
+
+    def interrupt(self, job_id: int, state: str) -> None:
+        """Stop a running job now, keeping it resumable, and leave it in ``state``."""
+        worker = self.worker_for(job_id)
+        if worker is not None:
+            worker.kill()
+        self.store.interrupt_job(job_id, state)
+
+    def shutdown(self) -> None:
+        """Stop every worker; their jobs go back to the queue, to resume on the next start."""
+        for worker in self.workers:
+            job_id = worker.job_id
+            worker.kill()
+            if job_id is not None:
+                self.store.interrupt_job(job_id, "queued")
+                self.store.event("job.interrupted", "daemon stopping; the job will resume",
+                                 job_id=job_id)
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def apply_commands(self) -> None:
+        for cmd in self.store.pending_commands():
+            try:
+                status, result = self.apply(cmd["verb"], cmd["job_id"], cmd["arg"])
+            except Exception as exc:
+                status, result = "rejected", f"{type(exc).__name__}: {exc}"
+                self.store.event("daemon.error", traceback.format_exc(limit=3), level="error")
+            self.store.finish_command(cmd["id"], status, result)
+            self.store.event(f"command.{status}", f"{cmd['verb']} {cmd['job_id']}: {result}",
+                             job_id=cmd["job_id"])
+
+    def apply(self, verb: str, job_id: int, arg: str | None) -> tuple[str, str]:
+        """Carry out one job command; returns (done|rejected, what happened)."""
+        job = self.store.job(job_id)
+        if job is None:
+            return "rejected", f"no job {job_id}"
+        state = job["state"]
+        foreground = json.loads(job["config"] or "{}").get("foreground_pid")
+        if state == "running" and foreground and self.worker_for(job_id) is None:
+            return "rejected", f"job runs in the foreground (kernelab port, pid {foreground})"
+        if verb == "priority":
+            self.store.update_job(job_id, priority=int(arg or "0"))
+            return "done", f"priority {int(arg or '0')}"
+        if verb == "pause" and state in ("queued", "running"):
+            self.interrupt(job_id, "paused")
+            return "done", "paused"
+        if verb == "resume" and state == "paused":
+            self.store.update_job(job_id, state="queued")
+            return "done", "queued"
+        if verb == "cancel" and state in ("queued", "running", "paused"):
+            self.interrupt(job_id, state)
+            self.recorder.end_job(job_id, "cancelled", "cancelled by a user", None)
+            return "done", "cancelled"
+        if verb == "retry" and state in ("failed", "cancelled", "invalid"):
+            self.store.retry_job(job_id)
+            return "done", "queued"
+        return "rejected", f"cannot {verb} a {state} job"

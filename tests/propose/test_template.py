@@ -1,0 +1,315 @@
+"""The template proposer end to end: each family's generated candidate passes the real gate on
+CPU (Triton interpreter), carries TUNABLES for the tuner, and a plain reference dropped into a
+real daemon ends with a verified template port."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelabd.propose.base import Budget, Candidate, JobContext
+from kernelabd.propose.template import TemplateProposer
+from kernelabd.propose.templates.matmul import PACK_HELPER
+from kernelabd.propose.tune import parse_tunables
+from tests.gating import assert_passes, gate
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def reference(forward: str, init: str = "", init_args: str = "", inputs: str = "",
+              init_values: str = "") -> str:
+    """A KernelBench-style reference file around ``forward`` (a method, written flush left)."""
+    body = textwrap.indent(textwrap.dedent(init), " " * 8)
+    method = textwrap.indent(textwrap.dedent(forward), " " * 4)
+    return (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        f"class Model(nn.Module):\n    def __init__(self{init_args}):\n"
+        f"        super(Model, self).__init__()\n{body}\n{method}\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\n"
+        f"def get_init_inputs():\n    return [{init_values}]\n")
+
+
+# name -> (reference source, sidecar, words the edit line must contain)
+REFERENCES: dict[str, tuple[str, str | None, str]] = {
+    "log_softmax_mid_dim": (reference(
+        "def forward(self, x):\n    return F.log_softmax(x, dim=1)\n",
+        inputs="torch.randn(3, 97, 5)"), None, "log-softmax"),
+    "layer_norm_no_affine_2d": (reference(
+        "def forward(self, x):\n    return F.layer_norm(x, self.shape, eps=1e-6)\n",
+        init="self.shape = (h, w)\n", init_args=", h: int, w: int", inputs="torch.randn(4, 7, 33)",
+        init_values="7, 33"), None, "LayerNorm"),
+    "rms_norm_weighted": (reference(
+        """\
+        def forward(self, x):
+            variance = x.pow(2).mean(-1, keepdim=True)
+            x = x * torch.rsqrt(variance + self.eps)
+            return self.weight * x
+        """,
+        init="self.weight = nn.Parameter(torch.ones(dim))\nself.eps = eps\n",
+        init_args=", dim: int, eps: float = 1e-6", inputs="torch.randn(2, 5, 769)",
+        init_values="769, 1e-5"), None, "RMSNorm"),
+    "rms_norm_features_dim": (reference(
+        """\
+        def forward(self, x):
+            rms = torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)
+            return x / rms
+        """,
+        init="self.eps = eps\n", init_args=", eps: float", inputs="torch.randn(2, 13, 6, 5)",
+        init_values="1e-5"), None, "RMSNorm"),
+    "elementwise_broadcast_chain": (reference(
+        "def forward(self, x, y):\n"
+        "    z = torch.relu((x - y) * self.scale / 2.0 + self.shift)\n"
+        "    return F.silu(z) + torch.tanh(x) * torch.exp(-y) + F.gelu(z)\n",
+        init="self.shift = nn.Parameter(torch.randn(c, 1, 1))\nself.scale = scale\n",
+        init_args=", c: int, scale: float", inputs="torch.randn(2, 3, 7, 5), torch.randn(2, 3, 7, 5)",
+        init_values="3, 0.75"), None, "elementwise chain of"),
+    "sum_mid_dim": (reference(
+        "def forward(self, x):\n    return torch.sum(x, dim=1)\n",
+        inputs="torch.randn(3, 1023, 7)"), None, "sum over dim 1"),
+    "mean_last_keepdim": (reference(
+        "def forward(self, x):\n    return x.mean(dim=-1, keepdim=True)\n",
+        inputs="torch.randn(5, 1001)"), None, "mean over dim -1"),
+    "max_values_dim0": (reference(
+        "def forward(self, x):\n    return torch.max(x, dim=0)[0]\n",
+        inputs="torch.randn(97, 3, 4)"), None, "max over dim 0"),
+    "linear_relu_residual": (reference(
+        "def forward(self, x, r):\n    return torch.relu(self.fc(x)) + r * 0.5\n",
+        init="self.fc = nn.Linear(k, n)\n", init_args=", k: int, n: int",
+        inputs="torch.randn(2, 19, 45), torch.randn(2, 19, 37)", init_values="45, 37"),
+        None, "linear + bias + relu"),
+    "matmul_gelu_scale_tf32_allowed": (reference(
+        "def forward(self, a, b):\n    return F.gelu(torch.matmul(a, b)) * 2.0\n",
+        inputs="torch.randn(33, 40), torch.randn(40, 21)"), "tf32 = true\n", "matmul + gelu"),
+    "gated_mlp": (reference(
+        "def forward(self, x):\n    return self.w2(F.silu(self.w1(x)) * self.w3(x))\n",
+        init=("self.w1 = nn.Linear(dim, hidden, bias=False)\n"
+              "self.w3 = nn.Linear(dim, hidden, bias=False)\n"
+              "self.w2 = nn.Linear(hidden, dim, bias=False)\n"),
+        init_args=", dim: int, hidden: int", inputs="torch.randn(3, 11, 24)",
+        init_values="24, 40"), None, "gated MLP"),
+    "linear_gelu_softmax": (reference(
+        "def forward(self, x):\n    return F.softmax(F.gelu(self.linear(x)), dim=1)\n",
+        init="self.linear = nn.Linear(k, n)\n", init_args=", k: int, n: int",
+        inputs="torch.randn(19, 45)", init_values="45, 37"), None, "then softmax"),
+    # bfloat16 through tl.dot: the interpreter needs the templates' fp32 widening (see _dot)
+    "gated_mlp_bf16": (reference(
+        "def forward(self, x):\n    return self.w2(F.silu(self.w1(x)) * self.w3(x))\n",
+        init=("self.w1 = nn.Linear(dim, hidden, bias=False, dtype=torch.bfloat16)\n"
+              "self.w3 = nn.Linear(dim, hidden, bias=False, dtype=torch.bfloat16)\n"
+              "self.w2 = nn.Linear(hidden, dim, bias=False, dtype=torch.bfloat16)\n"),
+        init_args=", dim: int, hidden: int", inputs="torch.randn(37, 48, dtype=torch.bfloat16)",
+        init_values="48, 80"), None, "gated MLP"),
+}
+EXAMPLE_NAMES = ["softmax", "layernorm", "gelu_gate", "matmul"]
+
+
+def context(source: str, sidecar: str | None = None,
+            history: tuple[Candidate, ...] = ()) -> JobContext:
+    return JobContext(job_id=1, problem="p", reference_source=source, device="cpu",
+                      budget=Budget(10, 600.0), sidecar=sidecar, history=history)
+
+
+def cases() -> list[tuple[str, str, str | None, str]]:
+    found = [(n, src, side, words) for n, (src, side, words) in REFERENCES.items()]
+    for name in EXAMPLE_NAMES:
+        side = EXAMPLES / f"{name}.toml"
+        found.append((f"example_{name}", (EXAMPLES / f"{name}.py").read_text(),
+                      side.read_text() if side.exists() else None, "template:"))
+    return found
+
+
+@pytest.mark.parametrize(("name", "source", "sidecar", "words"), cases(), ids=[c[0] for c in cases()])
+def test_generated_candidate_passes_the_real_gate(tmp_path, name, source, sidecar, words):
+    proposal = TemplateProposer().propose(context(source, sidecar))
+    assert proposal is not None, f"{name}: no template matched"
+    assert proposal.edit.startswith("template:") and words in proposal.edit and "\n" not in proposal.edit
+    assert proposal.parent_id is None
+    assert parse_tunables(proposal.source) and proposal.params
+    again = TemplateProposer().propose(context(source, sidecar))
+    assert again is not None and again.source == proposal.source, "generation is deterministic"
+    assert_passes(gate(tmp_path, name, source, sidecar, proposal.source))
+
+
+def test_tf32_dots_only_when_the_sidecar_allows_them():
+    """Without TF32, fp32 dots start as 3xTF32 (fp32-accurate on the tensor cores)."""
+    source = REFERENCES["matmul_gelu_scale_tf32_allowed"][0]
+    strict = TemplateProposer().propose(context(source))
+    loose = TemplateProposer().propose(context(source, "tf32 = true\n"))
+    assert strict is not None and loose is not None
+    assert ', "tf32x3")' in strict.source and ', "tf32")' not in strict.source
+    assert strict.edit.endswith("; 3xTF32 dots")
+    assert ', "tf32")' in loose.source and "3xTF32" not in loose.edit
+
+
+def test_ieee_dots_follow_only_a_3xtf32_seed_that_did_not_pass():
+    source = REFERENCES["matmul_gelu_scale_tf32_allowed"][0]
+    seed = TemplateProposer().propose(context(source))
+    assert seed is not None
+    failed = Candidate(id=1, proposer="template", source=seed.source, state="done", verdict="fail",
+                       rule="numerics")
+    exact = TemplateProposer().propose(context(source, history=(failed,)))
+    assert exact is not None and exact.parent_id is None
+    assert ', "ieee")' in exact.source and "tf32x3" not in exact.source
+    assert exact.edit.endswith("; IEEE dots (the 3xTF32 seed did not pass: numerics)")
+    passed = Candidate(id=1, proposer="template", source=seed.source, state="done", verdict="pass")
+    assert TemplateProposer().propose(context(source, history=(passed,))) is None
+    second = Candidate(id=2, proposer="template", source=exact.source, state="done", verdict="fail")
+    assert TemplateProposer().propose(context(source, history=(failed, second))) is None
+
+
+def test_half_precision_dots_stay_plain_and_start_on_larger_tiles():
+    source = reference("def forward(self, a, b):\n    return a @ b\n",
+                       inputs="torch.randn(33, 40, dtype=torch.bfloat16), "
+                              "torch.randn(40, 21, dtype=torch.bfloat16)")
+    proposal = TemplateProposer().propose(context(source))
+    assert proposal is not None and ', "ieee")' in proposal.source and "tf32" not in proposal.edit
+    assert proposal.params["BLOCK_K"] == 64 and proposal.params["PACK"] == 0, "bf16 dots take B as it is"
+
+
+@pytest.mark.parametrize("forward", [
+    "def forward(self, x):\n    return torch.cumsum(x, dim=1)\n",
+    "def forward(self, x):\n    return torch.softmax(x, dim=-1), x.sum()\n",
+    "def forward(self, x):\n    if x.sum() > 0:\n        return x\n    return -x\n",
+    "def forward(self, x):\n    return torch.max(x, dim=1)[1]\n",
+])
+def test_a_reference_that_matches_nothing_yields_none(forward):
+    source = reference(forward, inputs="torch.randn(4, 8)")
+    assert TemplateProposer().propose(context(source)) is None
+
+
+def test_proposes_once_per_job():
+    source = (EXAMPLES / "softmax.py").read_text()
+    first = TemplateProposer().propose(context(source))
+    assert first is not None
+    done = Candidate(id=1, proposer="template", source=first.source, state="done", verdict="pass")
+    assert TemplateProposer().propose(context(source, history=(done,))) is None
+
+
+@pytest.mark.slow
+def test_plain_reference_in_the_inbox_ends_done_with_a_template_port(kit):
+    kit.home.config.write_text(kit.home.config.read_text().replace(
+        'proposers = ["tune"]', 'proposers = ["template", "tune"]'))
+    (kit.home.inbox / "rmsnorm.py").write_text(REFERENCES["rms_norm_weighted"][0])
+    daemon = kit.daemon("--once")
+    assert daemon.proc.wait(300) == 0, daemon.output()
+    job = kit.job_of("rmsnorm.py")
+    assert job["state"] == "done", job
+    best = kit.home.results / "rmsnorm" / "best.py"
+    assert best.read_text().startswith('"""Template: RMSNorm')
+    report = json.loads((kit.home.results / "rmsnorm" / "report.json").read_text())
+    assert report["lineage"][0]["edit"] == "template: RMSNorm (fused, one pass)"
+
+
+def test_packing_copies_only_operands_that_are_not_k_major_and_aligned():
+    """``PACK``: TF32 tensor-core products take both operands K-major with 16-byte aligned rows,
+    so ``_k_major`` copies an operand that is not (zero-padding K) and leaves one that is."""
+    space: dict = {"torch": torch}
+    exec(PACK_HELPER, space)
+    k_major = space["_k_major"]
+    weight = torch.randn(24, 32)                     # nn.Linear's (N, K), K a multiple of 16
+    assert k_major(weight, 32) is weight, "already K-major and aligned: no copy"
+    b = torch.randn(40, 24)                          # a (K, N) right operand, K = 40
+    packed = k_major(b.t(), 48)
+    assert packed.is_contiguous() and packed.shape == (24, 48)
+    assert torch.equal(packed[:, :40], b.t()) and not packed[:, 40:].any(), "K padded with zeros"
+    odd = torch.randn(7, 33)
+    assert torch.equal(k_major(odd, 48)[:, :33], odd)
+
+
+
+SETTINGS_SWEEP = """
+import importlib.util, json, sys
+import torch
+spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+gen = torch.Generator().manual_seed(3)
+model = module.ModelNew(*json.loads(sys.argv[2]))
+for p in model.parameters():
+    p.data = torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5
+inputs = [torch.randn(s, generator=gen) for s in json.loads(sys.argv[3])]
+out = {}
+for settings in json.loads(sys.argv[4]):
+    for name, value in settings.items():
+        if hasattr(module, name):
+            setattr(module, name, value)
+    out[json.dumps(settings)] = model(*inputs).double().tolist()
+print(json.dumps(out))
+"""
+
+
+def sweep_settings(tmp_path: Path, source: str, init_values: list, shapes: list, settings: list[dict]) -> None:
+    """Run the template's candidate for ``source`` under each of ``settings`` (module-level
+    tunables; names the candidate lacks are skipped) in the interpreter and hold every output to
+    the reference's in float64. A subprocess: the interpreter must be on before Triton loads."""
+    import os
+    import subprocess
+    import sys
+
+    proposal = TemplateProposer().propose(context(source))
+    assert proposal is not None
+    cand = tmp_path / "cand.py"
+    cand.write_text(proposal.source)
+    run = subprocess.run([sys.executable, "-c", SETTINGS_SWEEP, str(cand), json.dumps(init_values),
+                          json.dumps(shapes), json.dumps(settings)],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr
+    space: dict = {}
+    exec(source, space)
+    model = space["Model"](*init_values).double()
+    gen = torch.Generator().manual_seed(3)
+    for p in model.parameters():
+        p.data = (torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5).double()
+    inputs = [torch.randn(s, generator=gen).double() for s in shapes]
+    with torch.no_grad():
+        want = model(*inputs)
+    outputs = json.loads(run.stdout)
+    assert len(outputs) == len(settings)
+    for setting, out in outputs.items():
+        err = float((torch.tensor(out, dtype=torch.float64) - want).abs().max() / want.abs().max())
+        assert err < 1e-5, f"{setting}: relative error {err:.2e}"
+
+
+MLP = ("def forward(self, x):\n    return self.w2(F.silu(self.w1(x)) * self.w3(x))\n",
+       "self.w1 = nn.Linear(dim, hidden, bias=False)\nself.w3 = nn.Linear(dim, hidden, bias=False)\n"
+       "self.w2 = nn.Linear(hidden, dim, bias=False)\n", ", dim: int, hidden: int")
+TILES = [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 4, "PACK": pack, "DOWN_BLOCK_N": down}
+         for bm, bn, bk, pack, down in [(16, 16, 16, 0, 32), (32, 16, 32, 1, 16), (16, 32, 64, 0, 16),
+                                        (64, 64, 16, 1, 64)]]
+
+
+@pytest.mark.parametrize(("forward", "init", "init_args", "init_values", "shapes"), [
+    # K a multiple of every BLOCK_K tried (the unmasked K loop) and K = 40 (the masked one); M and
+    # N never whole tiles (wrapped loads, masked store)
+    ("def forward(self, a, b):\n    return a @ b\n", "", "", [], [[33, 64], [64, 21]]),
+    ("def forward(self, a, b):\n    return a @ b\n", "", "", [], [[33, 40], [40, 21]]),
+    (*MLP, [64, 128], [[37, 64]]),
+    (*MLP, [48, 80], [[37, 48]]),
+])
+def test_matmul_tiles_hold_whole_and_partial_k_steps(tmp_path, forward, init, init_args, init_values, shapes):
+    """Every tile the tuner may pick gives the float64 product, whether K is walked in whole
+    steps (loads without bounds checks) or not, and with M and N never whole tiles; the gated
+    MLP's down projection on a tile width of its own."""
+    source = reference(forward, init=init, init_args=init_args,
+                       inputs=", ".join(f"torch.randn({s[0]}, {s[1]})" for s in shapes),
+                       init_values=", ".join(map(str, init_values)))
+    sweep_settings(tmp_path, source, init_values, shapes, TILES)
+
+
+@pytest.mark.parametrize("name", ["layer_norm_no_affine_2d", "rms_norm_weighted", "log_softmax_mid_dim"])
+def test_row_kernels_hold_for_every_launch_shape(tmp_path, name):
+    """Persistent programs (a few an SM, pipelined or not), a program a slice (``PER_SM = 0``)
+    and the evict-first load all give the float64 result, rows or strided slices alike."""
+    source = REFERENCES[name][0]
+    space: dict = {}
+    exec(source, space)
+    shapes = [list(t.shape) for t in space["get_inputs"]()]
+    settings = [{"PER_SM": per_sm, "STAGES": stages, "EVICT": evict, "PER_THREAD": per_thread}
+                for per_sm, stages, evict, per_thread in [(0, 1, 0, 16), (0, 1, 1, 4), (1, 2, 1, 8),
+                                                          (2, 3, 0, 32)]]
+    sweep_settings(tmp_path, source, list(space["get_init_inputs"]()), shapes, settings)

@@ -1,0 +1,195 @@
+"""The attention template: SDPA and the written-out softmax(q kᵀ·scale) v are recognised, the
+generated flash-style candidate passes the real gate on CPU (Triton interpreter) at odd sequence
+lengths, its online softmax holds for every block shape the tuner may pick, its output layout
+follows PyTorch's own SDPA (the gate compares strides), and attention with anything the kernel
+does not compute (a mask, dropout, an extra term) matches nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernelabd.propose.template import TemplateProposer, instantiate
+from kernelabd.propose.tune import parse_tunables
+from tests.gating import assert_passes, gate
+from tests.propose.test_template import context, reference
+
+QKV = "torch.randn(1, 2, 77, 64), torch.randn(1, 2, 77, 64), torch.randn(1, 2, 77, 64)"
+SDPA = "def forward(self, q, k, v):\n    return F.scaled_dot_product_attention(q, k, v{})\n"
+
+# name -> (reference source, words the edit line must contain)
+REFERENCES: dict[str, tuple[str, str]] = {
+    "sdpa": (reference(SDPA.format(""), inputs=QKV), "(scaled_dot_product_attention;"),
+    "sdpa_causal_scale": (reference(SDPA.format(", is_causal=True, scale=self.scale"),
+                                    init="self.scale = scale\n", init_args=", scale: float",
+                                    inputs=QKV, init_values="0.2"),
+                          "(scaled_dot_product_attention, causal;"),
+    "written_out": (reference(
+        """\
+        def forward(self, q, k, v):
+            scores = torch.matmul(q, k.transpose(-2, -1)) / (q.size(-1) ** 0.5)
+            return F.softmax(scores, dim=-1) @ v
+        """, inputs=QKV), "written-out"),
+    # (B, S, D), keys longer than queries, a value head dim of its own, a scaled query
+    "written_out_3d": (reference(
+        "def forward(self, q, k, v):\n    return torch.bmm((q * 0.125 @ k.mT).softmax(-1), v)\n",
+        inputs="torch.randn(3, 77, 40), torch.randn(3, 90, 40), torch.randn(3, 90, 24)"), "written-out"),
+    # (B, S, H, D) inputs transposed as views: the kernel reads them (and writes the output)
+    # through strides, in the layout PyTorch's SDPA returns
+    "sdpa_bshd_views": (reference(
+        "def forward(self, q, k, v):\n"
+        "    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),\n"
+        "                                          v.transpose(1, 2), is_causal=True)\n",
+        inputs="torch.randn(1, 77, 2, 32), torch.randn(1, 77, 2, 32), torch.randn(1, 77, 2, 32)"),
+        "causal;"),
+    # bfloat16 through tl.dot: the interpreter needs the templates' fp32 widening (see _dot)
+    "sdpa_bf16": (reference(SDPA.format(""), inputs=", ".join(["torch.randn(1, 2, 77, 64, dtype=torch.bfloat16)"] * 3)),
+                  "(scaled_dot_product_attention;"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_generated_candidate_passes_the_real_gate(tmp_path, name):
+    source, words = REFERENCES[name]
+    proposal = TemplateProposer().propose(context(source))
+    assert proposal is not None, f"{name}: no template matched"
+    assert proposal.edit.startswith("template: attention") and words in proposal.edit
+    assert "\n" not in proposal.edit and proposal.parent_id is None
+    assert [t.name for t in parse_tunables(proposal.source)] == ["BLOCK_M", "BLOCK_N", "num_warps",
+                                                                 "num_stages"]
+    dots = "ieee" if "bfloat16" in source else "tf32x3"   # half operands: plain tensor-core dots
+    assert f', "{dots}")' in proposal.source and ', "tf32")' not in proposal.source
+    assert_passes(gate(tmp_path, name, source, None, proposal.source))
+
+
+SWEEP = """
+import importlib.util, json, sys
+import torch
+import torch.nn.functional as F
+spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+causal = sys.argv[2] == "True"
+gen = torch.Generator().manual_seed(1)
+q, k, v = (torch.randn(2, n, 24, generator=gen) + 3.0 for n in (37, 29, 29))
+want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+scale = float(want.abs().max())
+errors = {"torch_fp32": float((F.scaled_dot_product_attention(q, k, v, is_causal=causal).double() - want)
+                              .abs().max()) / scale}
+for block_m, block_n in [(16, 16), (16, 128), (128, 16), (32, 64)]:
+    module.BLOCK_M, module.BLOCK_N = block_m, block_n
+    got = module._attention(q, k, v, 24 ** -0.5, causal)
+    assert got.dtype == q.dtype and got.shape == want.shape
+    errors[f"{block_m}x{block_n}"] = float((got.double() - want).abs().max()) / scale
+# whole blocks (the unmasked path) and a negative scale (which must keep the masked one); the
+# logits spread over thousands, so a wrong running max overflows exp2. Written out, not SDPA:
+# torch 2.14's SDPA returns NaN for a causal mask with a negative scale.
+
+
+def written_out(q, k, v, sm_scale):
+    s = q @ k.mT * sm_scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+q, k, v = (torch.randn(2, 64, 32, generator=gen) * 8.0 for _ in range(3))
+for sm_scale in (32 ** -0.5, -0.3):
+    want = written_out(q.double(), k.double(), v.double(), sm_scale)
+    torch_err = float((written_out(q, k, v, sm_scale).double() - want).abs().max()) / float(want.abs().max())
+    for block_m, block_n in [(16, 16), (64, 32), (32, 64)]:
+        module.BLOCK_M, module.BLOCK_N = block_m, block_n
+        got = module._attention(q, k, v, sm_scale, causal)
+        err = float((got.double() - want).abs().max()) / float(want.abs().max())
+        # in units of fp32 torch's own error on these inputs
+        errors[f"even {block_m}x{block_n} scale {sm_scale:.2f}"] = err / max(torch_err, 1e-7)
+print(json.dumps(errors))
+"""
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_online_softmax_holds_for_every_block_shape(tmp_path, causal):
+    """Block shapes the tuner may choose: one key block or many, query blocks smaller and larger
+    than key blocks (the causal loop bound), a head dim padded from 24 to 32, more queries than
+    keys; then sizes in whole blocks, which take the unmasked path, at a positive and a negative
+    scale (whose row max is not the scaled max of the raw products). Run in a subprocess: the
+    interpreter must be on before Triton is imported."""
+    found = instantiate(reference(SDPA.format(f", is_causal={causal}"),
+                                  inputs="torch.randn(2, 37, 24), torch.randn(2, 29, 24), torch.randn(2, 29, 24)"))
+    assert found is not None
+    cand = tmp_path / "cand.py"
+    cand.write_text(found[0])
+    run = subprocess.run([sys.executable, "-c", SWEEP, str(cand), str(causal)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr
+    errors = json.loads(run.stdout)
+    bound = max(4 * errors["torch_fp32"], 1e-5)          # all(<): a NaN must fail, not hide in max()
+    assert all(e < (4 if k.startswith("even") else bound) for k, e in errors.items()), errors
+
+
+def candidate_module(source: str, path: Path) -> types.ModuleType:
+    """The generated candidate imported in this process (no kernel is launched here)."""
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("attention_candidate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sdpa_output_layout_is_pytorchs(tmp_path):
+    """The gate compares strides: the port's output is laid out as PyTorch's SDPA lays out its
+    own on this device (CPU flash follows the query's layout; 3-D, odd head dims and strided
+    last dims take the contiguous math path)."""
+    found = instantiate(reference(SDPA.format(""), inputs=QKV))
+    assert found is not None
+    module = candidate_module(found[0], tmp_path / "cand.py")
+    base = torch.randn(2, 7, 3, 8)
+    layouts = [
+        (base.transpose(1, 2),) * 3,                                          # (B, S, H, D) views
+        (base.permute(2, 0, 1, 3),) * 3,
+        (torch.randn(2, 3, 7, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 4)),
+        (torch.randn(4, 7, 8),) * 3,
+        (torch.randn(2, 3, 7, 16)[..., ::2],) * 3,
+        (base.transpose(1, 2).half(),) * 3,
+    ]
+    for q, k, v in layouts:
+        want = F.scaled_dot_product_attention(q, k, v)
+        got = module._sdpa_output(q, k, v, False)
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+
+
+def test_tf32_dots_only_when_the_sidecar_allows_them():
+    source = REFERENCES["sdpa"][0]
+    loose = TemplateProposer().propose(context(source, "tf32 = true\n"))
+    assert loose is not None and ', "tf32")' in loose.source
+
+
+@pytest.mark.parametrize("forward", [
+    SDPA.format(", attn_mask=self.mask"),
+    SDPA.format(", dropout_p=0.1"),
+    SDPA.format(", enable_gqa=True"),
+    SDPA.format("").replace("return ", "return q + "),
+    "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT / 8.0, dim=-2) @ v\n",
+    "def forward(self, q, k, v):\n    return F.log_softmax(q @ k.mT, dim=-1) @ v\n",
+    "def forward(self, q, k, v):\n    return F.dropout(F.softmax(q @ k.mT, dim=-1), 0.1) @ v\n",
+    "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT * q.sum(-1, keepdim=True), dim=-1) @ v\n",
+    "def forward(self, q, k, v):\n"
+    "    s = (q @ k.mT).masked_fill(self.mask == 0, float('-inf'))\n"
+    "    return F.softmax(s, dim=-1) @ v\n",
+    "def forward(self, q, k, v):\n"
+    "    return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 16, 32)\n",
+])
+def test_attention_with_a_term_the_kernel_lacks_matches_nothing(forward):
+    source = reference(forward, init="self.mask = torch.ones(16, 16).tril()\n",
+                       inputs="torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)")
+    assert TemplateProposer().propose(context(source)) is None
