@@ -24,7 +24,7 @@ import torch
 from kernelabd.config import Config
 from kernelabd.harness import gate
 from kernelabd.harness.clocks import ClockError, ClockSampler, locked_clocks, summarise
-from kernelabd.harness.problem import Problem, ProblemError, load_candidate, load_problem
+from kernelabd.harness.problem import Problem, ProblemError, Sidecar, load_candidate, load_problem
 from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec, canonical_device, make_undumpable
 from kernelabd.harness.timing import Comparison, TimerMismatch
@@ -74,9 +74,15 @@ def normalise_device(device: str) -> str:
     return name
 
 
+def gate_shapes(sidecar: Sidecar, device: str) -> list[dict[str, Any]]:
+    """The module constants of every shape the gate checks: the device's sizes (timed too),
+    then the sidecar's ``extra_shapes`` (gated only)."""
+    return [sidecar.constants_for(device), *sidecar.extra_shapes]
+
+
 def plan_sets(problem: Problem, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Shapes (module constants), gate input sets and timing input sets, from secret seeds."""
-    shapes = [problem.sidecar.constants_for(device), *problem.sidecar.extra_shapes]
+    shapes = gate_shapes(problem.sidecar, device)
     variants = [v for v in GATE_VARIANT_SETS if v in problem.sidecar.variants] or ["base"]
     if variants.count("base") < 2:
         variants = ["base", *variants]
