@@ -19,6 +19,7 @@ class Unsupported(Exception):
     """Inductor's output cannot be rewritten into a valid candidate; the message says why."""
 
 
+@dataclass(frozen=True)
 class Arg:
     """One argument of Inductor's ``call``: the forward's expression for it (``x``,
     ``self.ln.weight``, ``x.size()[0]``), its kind, and for a forward input whether it was
@@ -40,6 +41,7 @@ class Capture:
     device: str
 
 
+@dataclass
 class Kernel:
     """One ``async_compile.triton`` kernel of the output code, ready to be re-emitted."""
 
