@@ -29,6 +29,7 @@ from kernelabd.propose.base import (
     load_proposer,
 )
 from kernelabd.propose.inductor import proposer as inductor
+from kernelabd.propose.inductor import rewrite
 from kernelabd.propose.inductor.codegen import helper_sources
 from kernelabd.propose.inductor.emit import port
 from kernelabd.propose.inductor.parse import Arg, Capture, Unsupported
@@ -301,4 +302,4 @@ def test_on_a_gpu_the_port_of_real_inductor_output_passes_the_gate(tmp_path, nam
 def test_grouped_layout_assertions_of_newer_inductor_become_one_check_per_input(call, expected):
     """torch ≥ 2.14 groups the input assertions; torch 2.11 (the GPU image) does not."""
     node = ast.parse(call, mode="eval").body
-    assert ast.unparse(inductor._ungroup_layout_checks(node)) == expected
+    assert ast.unparse(rewrite._ungroup_layout_checks(node)) == expected
