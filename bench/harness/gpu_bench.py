@@ -39,10 +39,9 @@ HERE = ROOT / "bench" / "harness"
 def pair_of_boxes(reference: Path, a: Path, b: Path, config: Config, stack: ExitStack,
                   device: str):
     """Two loaded sandboxes (A runs ``a``, B runs ``b``) sharing the reference's timing inputs."""
-    check = Check(reference, b, device, a, config, None)
-    check._problem = load_problem(reference)
+    check = Check(load_problem(reference), b, device, a, config, None)
     check.deadline = time.monotonic() + 3600
-    shapes, sets, timing = plan_sets(check._problem, device)
+    shapes, sets, timing = plan_sets(check.problem, device)
     ref_box = stack.enter_context(Sandbox(check.spec("reference")))
     ref = check.load_reference_planned(ref_box, shapes, sets, timing)
     box_a = check.start_baseline(stack, ref, len(sets))

@@ -51,9 +51,10 @@ import triton  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from kernelabd.harness.problem import load_problem  # noqa: E402
-from kernelabd.propose.base import Budget, JobContext, Proposer  # noqa: E402
-from kernelabd.propose.inductor import InductorProposer, use_stand_in_driver  # noqa: E402
-from kernelabd.propose.template import TemplateProposer  # noqa: E402
+from kernelabd.propose.base import Budget, JobContext, Proposal, Proposer  # noqa: E402
+from kernelabd.propose.inductor.codegen import use_stand_in_driver  # noqa: E402
+from kernelabd.propose.inductor.proposer import InductorProposer  # noqa: E402
+from kernelabd.propose.template.proposer import TemplateProposer  # noqa: E402
 from kernelabd.propose.tune import (  # noqa: E402
     SMEM_PER_PROGRAM,
     Target,
@@ -150,11 +151,11 @@ def seed(problem: Path, proposer: Proposer) -> tuple[str, str] | str:
     """(source, edit) of the proposer's first candidate for ``problem``, or why there is none."""
     ctx = JobContext(job_id=0, problem=problem.stem, reference_source=problem.read_text(),
                      device="cpu", budget=Budget(candidates_left=1, seconds_left=600.0),
-                     sidecar=problem.with_suffix(".toml").read_text())
-    proposal = proposer.propose(ctx)
-    if proposal is None:
-        return getattr(proposer, "last_reason", None) or "no candidate"
-    return proposal.source, proposal.edit
+                     sidecar=load_problem(problem).sidecar)
+    answer = proposer.propose(ctx)
+    if not isinstance(answer, Proposal):
+        return answer.reason or "no candidate"
+    return answer.source, answer.edit
 
 
 def with_values(source: str, values: dict[str, int]) -> str:

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import torch
 from kernelabd.config import Config
 from kernelabd.harness import gate
 from kernelabd.harness.clocks import ClockError, ClockSampler, locked_clocks, summarise
-from kernelabd.harness.problem import Problem, ProblemError, load_candidate, load_problem
+from kernelabd.harness.problem import Problem, ProblemError, Sidecar, load_candidate, load_problem
 from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec, canonical_device, make_undumpable
 from kernelabd.harness.timing import Comparison, TimerMismatch
@@ -74,9 +74,15 @@ def normalise_device(device: str) -> str:
     return name
 
 
+def gate_shapes(sidecar: Sidecar, device: str) -> list[dict[str, Any]]:
+    """The module constants of every shape the gate checks: the device's sizes (timed too),
+    then the sidecar's ``extra_shapes`` (gated only)."""
+    return [sidecar.constants_for(device), *sidecar.extra_shapes]
+
+
 def plan_sets(problem: Problem, device: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Shapes (module constants), gate input sets and timing input sets, from secret seeds."""
-    shapes = [problem.sidecar.constants_for(device), *problem.sidecar.extra_shapes]
+    shapes = gate_shapes(problem.sidecar, device)
     variants = [v for v in GATE_VARIANT_SETS if v in problem.sidecar.variants] or ["base"]
     if variants.count("base") < 2:
         variants = ["base", *variants]
@@ -103,10 +109,10 @@ def _sandbox_failure(exc: SandboxError, who: str, device: str) -> CheckResult:
 class Check:
     """The state of one ``kernelab check`` run."""
 
-    def __init__(self, reference: Path, candidate: Path, device: str, baseline: Path | None,
+    def __init__(self, problem: Problem, candidate: Path, device: str, baseline: Path | None,
                  config: Config, progress: Progress | None,
                  early: dict[str, Sandbox] | None = None) -> None:
-        self.reference, self.candidate, self.baseline = reference, candidate, baseline
+        self.problem, self.candidate, self.baseline = problem, candidate, baseline
         self.device = device
         self.config = config
         self.progress = progress or (lambda _msg: None)
@@ -152,7 +158,7 @@ class Check:
         tensors += [t for inputs in ref.inputs for t in inputs]
         msg = {"cmd": "load_candidate", "path": box.stage_file(path, path.name),
                "device": self.device,
-               "tf32": self._problem.sidecar.tf32, "gate": gate_run,
+               "tf32": self.problem.sidecar.tf32, "gate": gate_run,
                "shapes": ref.shapes, "sets": ref.sets[:n_gate], "timing_sets": ref.sets[n_gate:]}
         return msg, tensors
 
@@ -171,7 +177,7 @@ class Check:
         again = list(it)
         worst_norm, worst_tol = 0.0, None
         tolerances: dict[int, gate.Tolerance] = {}
-        target = self._problem.sidecar.target
+        target = self.problem.sidecar.target
         for i in usable:
             report, cand = reports[i], self.here(per_set[i])
             tol = self.tolerance(ref, i)
@@ -190,9 +196,7 @@ class Check:
             self.fail_if(failure, worst_norm, tol.norm)
         first = self.here(per_set[usable[0]])
         self.fail_if(gate.check_deterministic(first, self.here(again), tolerances[usable[0]]),
-                     worst_norm,
-                     worst_tol)
-        self._tolerances = tolerances
+                     worst_norm, worst_tol)
         return worst_norm, worst_tol if worst_tol is not None else 0.0
 
     def here(self, tensors: list[torch.Tensor | None]) -> list[torch.Tensor]:
@@ -204,7 +208,7 @@ class Check:
         return [t.to(self.device) for t in tensors if t is not None]
 
     def tolerance(self, ref: RefData, i: int) -> gate.Tolerance:
-        side = self._problem.sidecar
+        side = self.problem.sidecar
         factor = side.tol_factor or self.config.gate.tol_factor
         return gate.tolerance_for(ref.sets[i]["calib"], factor, side.tolerance)
 
@@ -216,11 +220,14 @@ class Check:
                 tolerance=failure.evidence.get("tolerance", tol), device=self.device))
 
     # ----- timing -----------------------------------------------------------------------
-    def time_against(self, a: Sandbox, b: Sandbox, ref: RefData, n_gate: int, result: CheckResult) -> None:
-        sampler = self.clock_sampler(ref.info)
+    def time_against(self, a: Sandbox, b: Sandbox, ref_box: Sandbox, ref: RefData, n_gate: int,
+                     result: CheckResult) -> None:
+        """Time ``b`` (the candidate) against ``a`` (the reference or the incumbent); the
+        reference sandbox ``ref_box`` re-checks outputs sampled from the timed calls."""
+        sampler, clock_error = self.clock_sampler(ref.info)
         mode = self.config.timing.lock_clocks
         try:
-            with locked_clocks(sampler, mode) if sampler and mode != "off" else _nothing() as locked:
+            with locked_clocks(sampler, mode) if sampler and mode != "off" else nullcontext() as locked:
                 meas = Comparison(a, b, self.config.timing, self.device, sampler, self.deadline,
                                   self.progress).run()
         except TimerMismatch as exc:
@@ -228,7 +235,7 @@ class Check:
                                        device=self.device)) from None
         except SandboxError as exc:
             raise Rejected(_sandbox_failure(exc, "candidate (while timed)", self.device)) from None
-        self.verify_timed(self._ref_box, meas, ref, n_gate)
+        self.verify_timed(ref_box, meas, ref, n_gate)
         d = meas.decision
         result.reference_ms, result.candidate_ms = meas.a_ms, meas.b_ms
         result.speedup, result.speedup_ci = d.speedup, [d.ci[0], d.ci[1]]
@@ -237,19 +244,18 @@ class Check:
         result.timed_sets = len(ref.sets) - n_gate
         if self.device != "cpu":
             result.clock = summarise(meas.clock_samples, locked, meas.discarded) if sampler else \
-                {"error": self._clock_error}
+                {"error": clock_error}
             result.clock["timing_mode"] = meas.mode
             result.clock["trusted_ms"] = meas.trusted_ms
 
-    def clock_sampler(self, info: dict[str, Any]) -> ClockSampler | None:
-        self._clock_error = "no GPU"
+    def clock_sampler(self, info: dict[str, Any]) -> tuple[ClockSampler | None, str]:
+        """The device's clock sampler, or None and why there is none (reported with the time)."""
         if self.device == "cpu":
-            return None
+            return None, "no GPU"
         try:
-            return ClockSampler(str(info.get("uuid", "")))
+            return ClockSampler(str(info.get("uuid", ""))), ""
         except ClockError as exc:
-            self._clock_error = str(exc)
-            return None
+            return None, str(exc)
 
     def verify_timed(self, ref_box: Sandbox, meas: Any, ref: RefData, n_gate: int) -> None:
         """Outputs produced while timed must be as correct as those produced while gated.
@@ -281,10 +287,6 @@ class Check:
     def _checked(self, time_it: bool) -> CheckResult:
         self.deadline = time.monotonic() + self.config.gate.timeout_s
         try:
-            self._problem = load_problem(self.reference)
-        except ProblemError as exc:
-            return CheckResult.invalid("bad_reference", str(exc), self.device)
-        try:
             load_candidate(self.candidate)
             if self.baseline is not None:
                 load_candidate(self.baseline)
@@ -307,15 +309,15 @@ class Check:
         if self.device != "cpu":   # our CUDA context, for comparisons, while the sandboxes start
             threading.Thread(target=torch.cuda.init, daemon=True).start()
         with ExitStack() as stack:
-            ref_box = self._ref_box = self.open_box(stack, "reference")
+            ref_box = self.open_box(stack, "reference")
             # Started now so that its interpreter, torch, CUDA context and Triton's driver
             # stubs come up while the reference runs.
             cand_box = self.open_box(stack, "candidate")
             with self.stage("reference", "running the reference and the float64 oracle"):
-                shapes, sets, timing = plan_sets(self._problem, self.device)
+                shapes, sets, timing = plan_sets(self.problem, self.device)
                 ref = self.load_reference_planned(ref_box, shapes, sets, timing)
                 n_gate = len(sets)
-                usable = self.validate_reference(self._problem, ref, sets)
+                usable = self.validate_reference(self.problem, ref, sets)
             with self.stage("gate", "gating the candidate"):
                 max_err, tol = self.gate_candidate(cand_box, ref, n_gate, usable)
             result = CheckResult(verdict="pass", max_rel_error=max_err, tolerance=tol,
@@ -324,20 +326,20 @@ class Check:
             if time_it:
                 a_box = ref_box if self.baseline is None else self.start_baseline(stack, ref, n_gate)
                 with self.stage("timing", "timing against the baseline"):
-                    self.time_against(a_box, cand_box, ref, n_gate, result)
+                    self.time_against(a_box, cand_box, ref_box, ref, n_gate, result)
         result.stages = self.stages
         return result
 
     def load_reference_planned(self, box: Sandbox, shapes: list[dict[str, Any]],
                                sets: list[dict[str, Any]], timing: list[dict[str, Any]]) -> RefData:
-        path = box.stage_file(self._problem.path, self._problem.path.name)
+        path = box.stage_file(self.problem.path, self.problem.path.name)
         msg = {"cmd": "load_reference", "path": path, "device": self.device,
-               "tf32": self._problem.sidecar.tf32, "shapes": shapes, "sets": sets,
+               "tf32": self.problem.sidecar.tf32, "shapes": shapes, "sets": sets,
                "timing_sets": timing, "param_seeds": [secrets.randbits(62) for _ in shapes]}
         try:
             reply, tensors = box.request(msg, deadline=self.deadline, what="running the reference")
         except SandboxError as exc:
-            result = CheckResult.invalid("bad_reference", f"{self._problem.path}: {exc.message}",
+            result = CheckResult.invalid("bad_reference", f"{self.problem.path}: {exc.message}",
                                          self.device)
             result.evidence = {"stderr_tail": exc.detail[-3000:]} if exc.detail else {}
             raise Rejected(result) from None
@@ -375,11 +377,6 @@ class Check:
         return box
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
-
-
 def split_reference(reply: dict[str, Any], tensors: list[torch.Tensor],
                     plan: list[dict[str, Any]], n_gate: int) -> RefData:
     """Cut the reference sandbox's flat tensor list back into per-shape and per-set pieces
@@ -412,11 +409,21 @@ def run_check(reference: Path | str, candidate: Path | str, *, device: str = "cp
     try:
         device = normalise_device(device)
     except ProblemError as exc:
-        for box in (early or {}).values():
-            box.close()
-        return CheckResult.invalid("bad_arguments", str(exc), device)
-    check = Check(Path(reference), Path(candidate), device,
-                  Path(baseline) if baseline else None, config, progress, early)
-    result = check.run(time_it)
+        return _refused(early, CheckResult.invalid("bad_arguments", str(exc), device))
+    try:
+        problem = load_problem(reference)
+    except ProblemError as exc:
+        result = _refused(early, CheckResult.invalid("bad_reference", str(exc), device))
+    else:
+        check = Check(problem, Path(candidate), device, Path(baseline) if baseline else None,
+                      config, progress, early)
+        result = check.run(time_it)
     result.wall_s = round(time.monotonic() - t0, 3)
+    return result
+
+
+def _refused(early: dict[str, Sandbox] | None, result: CheckResult) -> CheckResult:
+    """A check refused before it starts: the sandboxes given a head start are closed unused."""
+    for box in (early or {}).values():
+        box.close()
     return result

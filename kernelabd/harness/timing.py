@@ -5,8 +5,8 @@ with a device-wide synchronisation before the end event where a side cannot be c
 flushed and persisting-L2 reset before every sample, input sets rotating; a host clock on CPU).
 This module drives them, records the clock state around every block, re-runs blocks taken
 while the GPU throttled, stops when the speedup's confidence interval is tight enough or the
-budget is spent, and finally cross-checks the reported times against our own clock: a
-candidate that rewrites its timer in its own process cannot rewrite ours.
+budget is spent (``StoppingRule``), and finally cross-checks the reported times against our
+own clock: a candidate that rewrites its timer in its own process cannot rewrite ours.
 """
 
 from __future__ import annotations
@@ -77,6 +77,44 @@ def check_trusted(a_ms: float, b_ms: float, trusted: dict[str, float],
     if reported > max(1.0, TRUSTED_SPEEDUP_SLACK * ours):   # only a claimed gain can be a lie
         raise TimerMismatch(f"reported speedup {reported:.3f}× but our own clock saw {ours:.3f}× "
                             "on back-to-back calls")
+
+
+class StoppingRule:
+    """When an A/B comparison has enough block pairs (nvbench's ``stopping_criterion``): once
+    the speedup's confidence interval is within ``target_rel_noise`` (after at least
+    ``accept.MIN_PAIRS`` and ``min_pairs`` pairs), once ``budget_s`` is spent with ``min_pairs``
+    in hand, at three budgets whatever the count (a noisy or slow pair never runs away with the
+    device), and at ``MAX_PAIRS``. Fed kept pairs only; the clock is injectable so that the rule
+    is tested on simulated samples."""
+
+    def __init__(self, cfg: TimingConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.start = clock()
+        self.a_ms: list[float] = []
+        self.b_ms: list[float] = []
+        self._decided: tuple[int, accept.Decision] | None = None
+
+    def add(self, pair: tuple[float, float]) -> None:
+        """One kept pair of block medians: (baseline, candidate)."""
+        self.a_ms.append(pair[0])
+        self.b_ms.append(pair[1])
+
+    def decision(self) -> accept.Decision:
+        """The acceptance rule on the pairs so far, computed once per pair count."""
+        if self._decided is None or self._decided[0] != len(self.a_ms):
+            self._decided = (len(self.a_ms), accept.decide(self.a_ms, self.b_ms, self.cfg.min_gain))
+        return self._decided[1]
+
+    def finished(self) -> bool:
+        pairs = len(self.a_ms)
+        if pairs >= MAX_PAIRS:
+            return True
+        if (pairs >= max(accept.MIN_PAIRS, self.cfg.min_pairs)
+                and self.decision().rel_halfwidth <= self.cfg.target_rel_noise):
+            return True
+        elapsed, budget = self.clock() - self.start, self.cfg.budget_s
+        return (elapsed > budget and pairs >= self.cfg.min_pairs) or elapsed > 3 * budget
 
 
 class Comparison:
@@ -176,37 +214,27 @@ class Comparison:
                for s in "AB"}
         mode = self._choose_mode(est)
         n = int(min(100, max(1, round(self.cfg.block_ms / max(max(est.values()), 1e-4)))))
-        a_meds: list[float] = []
-        b_meds: list[float] = []
+        rule = StoppingRule(self.cfg)
         discarded = 0
-        start = time.monotonic()
-        budget = self.cfg.budget_s
-        decision = None
-        while len(a_meds) < MAX_PAIRS:
-            order = "AB" if len(a_meds) % 2 == 0 else "BA"
+        while True:
+            kept = len(rule.a_ms)
+            order = "AB" if kept % 2 == 0 else "BA"
             meds = {}
             throttled = False
             for side in order:
-                meds[side], hot = self._block(side, len(a_meds) + discarded, n)
+                meds[side], hot = self._block(side, kept + discarded, n)
                 throttled = throttled or hot
             if throttled and discarded < MAX_DISCARDS:
                 discarded += 1
                 continue
-            a_meds.append(meds["A"])
-            b_meds.append(meds["B"])
-            enough = len(a_meds) >= max(accept.MIN_PAIRS, self.cfg.min_pairs)
-            if enough:
-                decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)
-                if decision.rel_halfwidth <= self.cfg.target_rel_noise:
-                    break
-            elapsed = time.monotonic() - start
-            if (elapsed > budget and len(a_meds) >= self.cfg.min_pairs) or elapsed > 3 * budget:
+            rule.add((meds["A"], meds["B"]))
+            if rule.finished():
                 break
-            self.progress(f"timing: {len(a_meds)} block pairs")
-        decision = accept.decide(a_meds, b_meds, self.cfg.min_gain)
+            self.progress(f"timing: {len(rule.a_ms)} block pairs")
+        decision = rule.decision()
         trusted = self._trusted(est)
-        b_ms = _median(b_meds)
-        check_trusted(_median(a_meds), b_ms, trusted, absolute=self.device != "cpu")
-        return Measurement(a_ms=_median(a_meds), b_ms=b_ms, decision=decision, blocks=self.blocks,
+        a_ms, b_ms = _median(rule.a_ms), _median(rule.b_ms)
+        check_trusted(a_ms, b_ms, trusted, absolute=self.device != "cpu")
+        return Measurement(a_ms=a_ms, b_ms=b_ms, decision=decision, blocks=self.blocks,
                            clock_samples=self.clock_samples, discarded=discarded, mode=mode,
                            trusted_ms=trusted, fingerprints=self.fingerprints, seeds=self.seeds)

@@ -13,10 +13,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kernelabd.harness.problem import Sidecar
+
 # name -> "module:Class"; a name missing here or failing to import is skipped with an event.
 REGISTRY: dict[str, str] = {
-    "template": "kernelabd.propose.template:TemplateProposer",
-    "inductor": "kernelabd.propose.inductor:InductorProposer",
+    "template": "kernelabd.propose.template.proposer:TemplateProposer",
+    "inductor": "kernelabd.propose.inductor.proposer:InductorProposer",
     "tune": "kernelabd.propose.tune:TuneProposer",
 }
 
@@ -30,6 +32,15 @@ class Proposal:
     parent_id: int | None = None
     params: dict[str, Any] | None = None       # declared tunables' values in ``source``
     language: str = "triton"
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A proposer's "nothing more for this history". ``reason`` (one line) is for the user when
+    the proposer could have helped but cannot (Inductor hands the graph to cuBLAS, no template
+    matches); the loop records it once a job. ``None``: simply done, nothing worth saying."""
+
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,7 @@ class JobContext:
     reference_source: str
     device: str
     budget: Budget
-    sidecar: str | None = None
+    sidecar: Sidecar = field(default_factory=Sidecar)   # parsed ``NAME.toml`` (defaults if none)
     start_source: str | None = None
     capture: dict[str, Any] | None = None
     history: tuple[Candidate, ...] = field(default_factory=tuple)
@@ -95,9 +106,9 @@ class Proposer(Protocol):
 
     name: str
 
-    def propose(self, ctx: JobContext) -> Proposal | None:
-        """The next candidate to evaluate, or ``None`` when this proposer has nothing more to
-        offer for this history (the loop then asks the next proposer)."""
+    def propose(self, ctx: JobContext) -> Proposal | Decline:
+        """The next candidate to evaluate, or a ``Decline`` when this proposer has nothing more
+        to offer for this history (the loop then asks the next proposer)."""
         ...
 
 

@@ -16,7 +16,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from kernelabd.propose.base import JobContext, Proposal
+from kernelabd.propose.base import Decline, JobContext, Proposal
 from kernelabd.pysource import parse
 
 MAX_WARPS = 32  # Triton launches at most 32 warps (1024 threads) per program
@@ -189,14 +189,14 @@ class TuneProposer:
 
     name = "tune"
 
-    def propose(self, ctx: JobContext) -> Proposal | None:
+    def propose(self, ctx: JobContext) -> Proposal | Decline:
         incumbent = ctx.incumbent
         if incumbent is None:
-            return None
+            return Decline()
         try:
             tunables = parse_tunables(incumbent.source)
         except TunablesError:
-            return None
+            return Decline()
         current = {t.name: t.current for t in tunables}
         resources, target = resources_of(incumbent.source), Target.of(ctx)
         tried = {_key(c.params) for c in ctx.history if c.params}
@@ -213,7 +213,7 @@ class TuneProposer:
                                     edit=f"{t.name} {t.current!r} → {value!r}",
                                     parent_id=incumbent.id, params=params,
                                     language=incumbent.language)
-        return None
+        return Decline()
 
 
 def params_of(source: str) -> dict[str, Any] | None:

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelabd.config import Config
+from kernelabd.harness.problem import ProblemError, load_problem
 from kernelabd.harness.sandbox import Sandbox, head_start
 from kernelabd.propose.base import (
     Budget,
     Candidate,
+    Decline,
     JobContext,
     Proposal,
     Proposer,
@@ -169,7 +171,7 @@ class Loop:
             job_id=self.job_id, problem=self.job["problem_name"],
             reference_source=self.job["source"], device=self.device,
             budget=Budget(self.limits.max_candidates - len(self.history), left_s),
-            sidecar=self.job.get("sidecar"), start_source=self.job.get("start_source"),
+            sidecar=load_problem(self.reference).sidecar, start_source=self.job.get("start_source"),
             capture=self.job.get("capture"), history=tuple(self.history))
 
     def record(self, proposal: Proposal, proposer: str) -> Candidate:
@@ -274,20 +276,20 @@ class Loop:
     def next_proposal(self, proposers: list[Proposer]) -> tuple[Proposal, str] | None:
         ctx = self.context()
         for proposer in proposers:
-            proposal = proposer.propose(ctx)
-            if proposal is not None:
-                return proposal, proposer.name
-            self.note_decline(proposer)
+            answer = proposer.propose(ctx)
+            if isinstance(answer, Proposal):
+                return answer, proposer.name
+            self.note_decline(proposer.name, answer)
         return None
 
-    def note_decline(self, proposer: Proposer) -> None:
-        """A proposer that gives a reason for having nothing (``last_reason``: the Inductor one
-        when Inductor hands the graph to cuBLAS, say) gets it recorded once a job, so the user
-        sees why every configured proposer did or did not contribute."""
-        reason = getattr(proposer, "last_reason", None)
-        if reason and (proposer.name, reason) not in self.declines:
-            self.declines.add((proposer.name, reason))
-            self.rec.event("proposer.declined", f"{proposer.name}: {reason}", job_id=self.job_id)
+    def note_decline(self, proposer: str, decline: Decline) -> None:
+        """A decline with a reason (the Inductor one when Inductor hands the graph to cuBLAS,
+        say) is recorded once a job, so the user sees why every configured proposer did or did
+        not contribute."""
+        reason = decline.reason
+        if reason and (proposer, reason) not in self.declines:
+            self.declines.add((proposer, reason))
+            self.rec.event("proposer.declined", f"{proposer}: {reason}", job_id=self.job_id)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -362,14 +364,10 @@ class Loop:
             self.rec.event("ceilings.measured", describe(ceilings)
                            + ("" if kept else " (no device row: kept with this job only)"),
                            job_id=self.job_id)
-        from kernelabd.harness.problem import load_problem
-
         return floor_ms(capture, ceilings, tf32=load_problem(self.reference).sidecar.tf32)
 
     def check_reference(self) -> None:
         """Static checks in trusted code, before any sandbox is started."""
-        from kernelabd.harness.problem import ProblemError, load_problem
-
         try:
             load_problem(self.reference)
         except ProblemError as exc:

@@ -12,6 +12,7 @@ import torch
 
 from kernelabd.config import Config
 from kernelabd.harness.check import Check, run_check
+from kernelabd.harness.problem import load_problem
 from kernelabd.harness.sandbox import head_start
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +78,8 @@ def _our_sandbox(proc: Path) -> bool:
 
 def test_head_started_sandboxes_are_the_ones_the_check_uses_and_it_closes_them() -> None:
     early = head_start("cpu", "", 0.0, ("reference", "candidate"))
-    check = Check(SOFTMAX, ROOT / "examples" / "softmax.new.py", "cpu", None, gate_only(), None, early)
+    check = Check(load_problem(SOFTMAX), ROOT / "examples" / "softmax.new.py", "cpu", None, gate_only(), None,
+                  early)
     result = check.run(time_it=False)
     assert result.verdict == "pass", result.reason
     assert check.boxes == [early["reference"], early["candidate"]]

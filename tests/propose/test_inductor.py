@@ -18,11 +18,25 @@ from typing import Any
 import pytest
 import torch
 
-from kernelabd.propose import inductor
-from kernelabd.propose.base import Budget, Candidate, JobContext, Proposal, ProposerUnavailable, load_proposer
-from kernelabd.propose.inductor import Arg, Capture, InductorProposer, Unsupported, port
+from kernelabd.harness.check import gate_shapes
+from kernelabd.propose.base import (
+    Budget,
+    Candidate,
+    Decline,
+    JobContext,
+    Proposal,
+    ProposerUnavailable,
+    load_proposer,
+)
+from kernelabd.propose.inductor import proposer as inductor
+from kernelabd.propose.inductor import rewrite
+from kernelabd.propose.inductor.codegen import helper_sources
+from kernelabd.propose.inductor.emit import port
+from kernelabd.propose.inductor.parse import Arg, Capture, Unsupported
+from kernelabd.propose.inductor.proposer import InductorProposer
 from kernelabd.propose.tune import TuneProposer, parse_tunables
 from tests.gating import assert_passes, gate
+from tests.propose.test_template import sidecar_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -64,7 +78,7 @@ def example(name: str, sidecar: bool = True) -> tuple[str, str | None]:
 def context(source: str, sidecar: str | None = None, device: str = "cpu",
             history: tuple[Candidate, ...] = ()) -> JobContext:
     return JobContext(job_id=1, problem="p", reference_source=source, device=device,
-                      budget=Budget(10, 600.0), sidecar=sidecar, history=history)
+                      budget=Budget(10, 600.0), sidecar=sidecar_of(sidecar), history=history)
 
 
 # name -> (reference, sidecar): every real Inductor run the CPU tests need
@@ -84,9 +98,8 @@ def proposed() -> dict[str, tuple[Proposal | None, str | None]]:
     """Each job through the real proposer (one codegen subprocess each), two at a time: a cold
     Inductor compile takes several seconds, and CI has two cores."""
     def one(job: tuple[str, str | None]) -> tuple[Proposal | None, str | None]:
-        proposer = InductorProposer(on_cpu=True)
-        proposal = proposer.propose(context(*job))
-        return proposal, proposer.last_reason
+        answer = InductorProposer(on_cpu=True).propose(context(*job))
+        return (answer, None) if isinstance(answer, Proposal) else (None, answer.reason)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(JOBS, pool.map(one, JOBS.values()), strict=True))
@@ -176,12 +189,12 @@ def test_registered_proposes_once_per_job_and_never_retries_a_decline(monkeypatc
     proposer = load_proposer("inductor")
     assert isinstance(proposer, InductorProposer)
     first = proposer.propose(context("# ok"))
-    assert first is not None and first.params == {"a": 1}
-    assert proposer.propose(context("# decline")) is None and proposer.last_reason == "no"
-    assert proposer.propose(context("# decline")) is None
+    assert isinstance(first, Proposal) and first.params == {"a": 1}
+    assert proposer.propose(context("# decline")) == Decline("no")
+    assert proposer.propose(context("# decline")) == Decline("no")
     assert calls == ["cpu", "cpu"]
     done = Candidate(id=1, proposer="inductor", source=first.source, state="done", verdict="pass")
-    assert proposer.propose(context("# ok", history=(done,))) is None
+    assert proposer.propose(context("# ok", history=(done,))) == Decline()
     assert calls == ["cpu", "cpu"]
 
 
@@ -192,14 +205,15 @@ def test_without_a_gpu_it_is_unavailable_unless_cpu_ports_are_asked_for(monkeypa
         load_proposer("inductor")
     proposer = InductorProposer(on_cpu=True)
     proposer.on_cpu = False                      # a GPU box's proposer, given a CPU job
-    assert proposer.propose(context("# any")) is None and "GPU-only" in (proposer.last_reason or "")
+    declined = proposer.propose(context("# any"))
+    assert isinstance(declined, Decline) and "GPU-only" in (declined.reason or "")
 
 
 def test_gate_shapes_follow_the_sidecar():
-    _, sidecar = example("softmax")
-    assert inductor.gate_shapes(sidecar, "cpu") == [{}, {"batch_size": 7, "dim": 1023}]
-    assert inductor.gate_shapes(sidecar, "cuda:1")[0] == {"batch_size": 8192, "dim": 8192}
-    assert inductor.gate_shapes(None, "cpu") == [{}]
+    sidecar = sidecar_of(example("softmax")[1])
+    assert gate_shapes(sidecar, "cpu") == [{}, {"batch_size": 7, "dim": 1023}]
+    assert gate_shapes(sidecar, "cuda:1")[0] == {"batch_size": 8192, "dim": 8192}
+    assert gate_shapes(sidecar_of(None), "cpu") == [{}]
 
 
 # --- captured CUDA output code: the GPU rewrite, checked on CPU --------------------------------
@@ -216,7 +230,7 @@ def test_cuda_output_becomes_explicit_launches(tmp_path):
     """Two kernels (an outer reduction, then a pointwise kernel): device guard, streams and
     ``empty_strided_cuda`` are gone, each kernel has its own tunables, and the port (gated here
     on CPU under the interpreter) is right at the reference's shape and an odd one."""
-    p = port(cuda_capture("center_cuda.txt", CENTER_ARGS), CENTER, interpreter=False)
+    p = port(cuda_capture("center_cuda.txt", CENTER_ARGS), CENTER, False, helper_sources)
     assert_standalone(p.source)
     assert p.kernels == ["triton_red_fused_mean_0", "triton_poi_fused_mean_sub_1"]
     assert set(p.defaults) == {"XBLOCK_0", "R0_BLOCK_0", "num_warps_0", "num_stages_0", "XBLOCK_1", "num_warps_1"}
@@ -227,7 +241,7 @@ def test_cuda_output_becomes_explicit_launches(tmp_path):
 
 def test_cuda_persistent_softmax_keeps_libdevice_on_gpu_and_checks_its_static_shape(tmp_path):
     reference, sidecar = example("softmax")
-    p = port(cuda_capture("softmax_cuda.txt", (Arg("x", "tensor", True),)), reference, interpreter=False)
+    p = port(cuda_capture("softmax_cuda.txt", (Arg("x", "tensor", True),)), reference, False, helper_sources)
     assert_standalone(p.source)
     assert "from triton.language.extra import libdevice" in p.source     # Inductor's own, on a GPU
     assert p.defaults == {"XBLOCK": 4, "num_warps": 4}                     # 4 × 1024 elements in registers
@@ -240,7 +254,7 @@ def test_cuda_persistent_softmax_keeps_libdevice_on_gpu_and_checks_its_static_sh
 def test_cuda_extern_mm_is_unsupported():
     args = (Arg("self.fc.weight", "tensor"), Arg("self.fc.bias", "tensor"), Arg("x", "tensor", True))
     with pytest.raises(Unsupported, match=r"extern_kernels\.mm"):
-        port(cuda_capture("linear_relu_cuda.txt", args), LINEAR_RELU, interpreter=False)
+        port(cuda_capture("linear_relu_cuda.txt", args), LINEAR_RELU, False, helper_sources)
 
 
 def test_libdevice_without_an_interpreter_equivalent_is_declined_for_cpu_jobs():
@@ -248,17 +262,18 @@ def test_libdevice_without_an_interpreter_equivalent_is_declined_for_cpu_jobs():
     reference, _ = example("softmax")
     args = (Arg("x", "tensor", True),)
     with pytest.raises(Unsupported, match="nextafter"):
-        port(Capture(code, args, "tensor", 1, "cpu"), reference, interpreter=True)
-    assert "libdevice.nextafter" in port(Capture(code, args, "tensor", 1, "cuda:0"), reference, False).source
+        port(Capture(code, args, "tensor", 1, "cpu"), reference, True, helper_sources)
+    on_gpu = port(Capture(code, args, "tensor", 1, "cuda:0"), reference, False, helper_sources)
+    assert "libdevice.nextafter" in on_gpu.source
 
 
 def test_a_port_is_where_tune_continues():
     reference, _ = example("softmax")
-    p = port(cuda_capture("softmax_cuda.txt", (Arg("x", "tensor", True),)), reference, interpreter=False)
+    p = port(cuda_capture("softmax_cuda.txt", (Arg("x", "tensor", True),)), reference, False, helper_sources)
     incumbent = Candidate(id=7, proposer="inductor", source=p.source, state="done", verdict="pass",
                           params=dict(p.defaults), accepted=True)
     step = TuneProposer().propose(context(reference, history=(incumbent,)))
-    assert step is not None and step.parent_id == 7
+    assert isinstance(step, Proposal) and step.parent_id == 7
     assert step.edit == "XBLOCK 4 → 8"
     changed = [a for a, b in zip(p.source.splitlines(), step.source.splitlines(), strict=True) if a != b]
     assert changed == ["XBLOCK = 4"]
@@ -271,9 +286,8 @@ def test_a_port_is_where_tune_continues():
 @pytest.mark.parametrize("name", ["softmax", "gelu_gate"])
 def test_on_a_gpu_the_port_of_real_inductor_output_passes_the_gate(tmp_path, name):
     source, sidecar = example(name)
-    proposer = InductorProposer()
-    proposal = proposer.propose(context(source, sidecar, device="cuda:0"))
-    assert proposal is not None, proposer.last_reason
+    proposal = InductorProposer().propose(context(source, sidecar, device="cuda:0"))
+    assert isinstance(proposal, Proposal), proposal
     assert_standalone(proposal.source)
     result = gate(tmp_path, name, source, sidecar, proposal.source, device="cuda")
     assert result["verdict"] == "pass", (result["rule"], result["reason"])
@@ -288,4 +302,4 @@ def test_on_a_gpu_the_port_of_real_inductor_output_passes_the_gate(tmp_path, nam
 def test_grouped_layout_assertions_of_newer_inductor_become_one_check_per_input(call, expected):
     """torch ≥ 2.14 groups the input assertions; torch 2.11 (the GPU image) does not."""
     node = ast.parse(call, mode="eval").body
-    assert ast.unparse(inductor._ungroup_layout_checks(node)) == expected
+    assert ast.unparse(rewrite._ungroup_layout_checks(node)) == expected

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelabd.propose.template import instantiate
+from kernelabd.propose.template.proposer import instantiate
 from kernelabd.propose.tune import apply_edit, parse_tunables
 from tests.gating import assert_passes, gate
-from tests.propose.test_template import reference
+from tests.propose.test_template import reference, sidecar_of
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "bench" / "port" / "problems"
 
@@ -26,9 +26,10 @@ def conv_reference(conv: str, forward: str = "return self.conv(x)", inputs: str 
 def test_bench_problem_conv2d_relu_biasadd_passes_the_gate(tmp_path):
     source = (PROBLEMS / "conv2d_relu_biasadd.py").read_text()
     sidecar = (PROBLEMS / "conv2d_relu_biasadd.toml").read_text()
-    found = instantiate(source, sidecar)
+    found = instantiate(source, sidecar_of(sidecar))
     assert found is not None, "no template matched the bench convolution"
-    candidate, edit = found
+    candidate, edit = found.source, found.edit
+    assert found.dots == "tf32x3"
     assert edit == ("template: conv2d (conv2d + bias + relu + add) as implicit GEMM with fused epilogue; "
                     "3xTF32 dots")
     assert ', "tf32x3")' in candidate and "_operand(" not in candidate, "TF32 off; (C_out, 1, 1) read per channel"
@@ -43,10 +44,10 @@ def test_strided_padded_conv_on_an_odd_size_passes_the_gate(tmp_path, channels_l
     the operands as given."""
     source = conv_reference("nn.Conv2d(3, 5, 3, stride=2, padding=1, dilation=1)")
     found = instantiate(source)
-    assert found is not None and found[1].startswith("template: conv2d (conv2d + bias)")
-    (flag,) = [t for t in parse_tunables(found[0]) if t.name == "CHANNELS_LAST"]
+    assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias)")
+    (flag,) = [t for t in parse_tunables(found.source) if t.name == "CHANNELS_LAST"]
     assert flag.current == 1
-    candidate = apply_edit(found[0], flag, channels_last) if channels_last != flag.current else found[0]
+    candidate = apply_edit(found.source, flag, channels_last) if channels_last != flag.current else found.source
     assert_passes(gate(tmp_path, "conv_s2_p1", source, None, candidate))
 
 
@@ -59,9 +60,9 @@ def test_functional_dilated_conv_with_a_residual_passes_the_gate(tmp_path):
         init="self.w = nn.Parameter(torch.randn(4, 3, 3, 2))\nself.scale = nn.Parameter(torch.randn(4, 1, 1))\n",
         inputs="torch.randn(2, 3, 9, 10), torch.randn(2, 4, 9, 5)")
     found = instantiate(source)
-    assert found is not None and found[1].startswith("template: conv2d (conv2d + mul + add)")
-    assert "_operand(r, _y.shape)" in found[0] and "self.scale.stride(-3)" in found[0]
-    assert_passes(gate(tmp_path, "conv_functional", source, None, found[0]))
+    assert found is not None and found.edit.startswith("template: conv2d (conv2d + mul + add)")
+    assert "_operand(r, _y.shape)" in found.source and "self.scale.stride(-3)" in found.source
+    assert_passes(gate(tmp_path, "conv_functional", source, None, found.source))
 
 
 @pytest.mark.parametrize("conv", [

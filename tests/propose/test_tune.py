@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.propose.base import Budget, Candidate, JobContext, ProposerUnavailable, load_proposer
+from kernelabd.propose.base import Budget, Candidate, Decline, JobContext, Proposal, ProposerUnavailable, load_proposer
 from kernelabd.propose.tune import Target, TunablesError, TuneProposer, apply_edit, fits, parse_tunables
 
 SOURCE = '''"""kernel"""
@@ -43,7 +43,7 @@ def test_edit_changes_exactly_one_assignment():
 def test_proposals_are_single_edits_of_the_incumbent_neighbours_first():
     inc = incumbent()
     proposal = TuneProposer().propose(ctx(inc))
-    assert proposal is not None
+    assert isinstance(proposal, Proposal)
     assert (proposal.parent_id, proposal.edit) == (1, "BLOCK_SIZE 256 → 512")
     assert proposal.params == {"BLOCK_SIZE": 512, "num_warps": 4}
 
@@ -52,7 +52,7 @@ def test_descent_visits_every_single_edit_once_then_stops():
     inc = incumbent()
     history = [inc]
     edits = []
-    while (p := TuneProposer().propose(ctx(*history))) is not None:
+    while isinstance(p := TuneProposer().propose(ctx(*history)), Proposal):
         edits.append(p.edit)
         history.append(Candidate(id=len(history) + 1, proposer="tune", source=p.source,
                                  parent_id=p.parent_id, params=p.params, state="done",
@@ -65,20 +65,20 @@ def test_descent_moves_on_from_a_new_incumbent_without_repeating():
     inc = incumbent()
     better = incumbent(apply_edit(SOURCE, parse_tunables(SOURCE)[0], 512), cid=2)
     proposal = TuneProposer().propose(ctx(inc, better))
-    assert proposal is not None and proposal.parent_id == 2
+    assert isinstance(proposal, Proposal) and proposal.parent_id == 2
     # 256 was the old incumbent's value: already measured, so the next step is 1024.
     assert proposal.edit == "BLOCK_SIZE 512 → 1024"
 
 
 def test_no_incumbent_or_no_tunables_means_nothing_to_propose():
-    assert TuneProposer().propose(ctx()) is None
-    assert TuneProposer().propose(ctx(incumbent("class ModelNew: pass\n"))) is None
+    assert TuneProposer().propose(ctx()) == Decline()
+    assert TuneProposer().propose(ctx(incumbent("class ModelNew: pass\n"))) == Decline()
 
 
 def test_the_shipped_example_is_tunable(kit):
     source = (kit.examples / "softmax.new.py").read_text()
     assert parse_tunables(source), "examples/softmax.new.py declares TUNABLES"
-    assert TuneProposer().propose(ctx(incumbent(source))) is not None
+    assert isinstance(TuneProposer().propose(ctx(incumbent(source))), Proposal)
 
 
 @pytest.mark.parametrize("source, message", [

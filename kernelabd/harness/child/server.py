@@ -28,7 +28,7 @@ import numpy
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from kernelabd.harness import wire
+from kernelabd.harness import gate, wire
 from kernelabd.harness.child import perturb
 from kernelabd.harness.gate import calibrate, oracle_wire_dtype
 
@@ -140,8 +140,13 @@ class LaunchCounter:
             torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)
 
 
+# The harness modules this process runs besides this one: replacing a function of any of them
+# is tampering. tests/harness/test_tamper_list.py fails if the child imports one not listed.
+WATCHED_MODULES: tuple[ModuleType, ...] = (gate, perturb, wire)
+
+
 def _harness_objects() -> dict[str, Any]:
-    """This module's own functions and classes, the harness classes' methods, and the helper
+    """This module's own functions and classes, the harness classes' methods, and the watched
     modules' functions: replacing any of them is tampering, like replacing ``time.*``."""
     found: dict[str, Any] = {}
     for name, value in list(globals().items()):
@@ -149,7 +154,7 @@ def _harness_objects() -> dict[str, Any]:
             found[f"sandbox.{name}"] = value
     for cls in (Harness, LaunchCounter):
         found.update({f"{cls.__name__}.{k}": v for k, v in vars(cls).items() if callable(v)})
-    for mod in (perturb, wire):
+    for mod in WATCHED_MODULES:
         found.update({f"{mod.__name__}.{k}": v for k, v in vars(mod).items() if callable(v)})
     return found
 

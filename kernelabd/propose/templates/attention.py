@@ -35,10 +35,8 @@ TUNE_VALUES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_
 TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 """fp16/bf16 operands start at the tile Triton's flash-attention tutorial uses on Hopper for a
-128-wide head (145 registers on the unmasked path, 128 KiB of shared memory at sm_90, no spill:
-``bench/port/sm90.py``); on the H200 it ran SDPA's 4×32×2048×128 in 0.577 ms, 128-wide key
-blocks 0.576, 4 stages 0.578, 2 stages 0.784 (``bench/port/results/2026-11-30-h200-s6-call1``).
-fp32 ones keep the smaller tile, whose dots hold more in registers."""
+128-wide head; fp32 ones keep the smaller tile, whose dots hold more in registers (figures:
+bench/port/README.md, "Template seeds")."""
 
 AS_4D = '''
 

@@ -25,13 +25,9 @@ TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K"
                "num_warps": [4, 8], "num_stages": [2, 3, 4], "CHANNELS_LAST": [0, 1]}
 TUNE_START = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3,
               "CHANNELS_LAST": 1}
-"""8 warps: at 4, a 64×64×32 tile needs 255 registers and spills 24 bytes a thread (ptxas for
-sm_90, the port benchmark's conv); at 8 it uses 183 and spills none. BLOCK_M 128: the tuner's
-first accepted edit on the H200 (2.16× over 64, 3xTF32). ``CHANNELS_LAST``: input and weight
-are copied channels-last first (the benchmark's 134 MB input: about 64 µs at the H200's copy
-rate, estimated), so that a K run is ``C_in`` contiguous floats rather than a gather across
-planes: on the H200 this seed ran the benchmark's conv at 1.37× eager, the NCHW one at 0.21×
-(``bench/port/README.md``)."""
+"""8 warps, so that the tile does not spill; ``CHANNELS_LAST``: input and weight are copied
+channels-last first, so that a K run is ``C_in`` contiguous floats rather than a gather across
+planes (figures: bench/port/README.md, "Template seeds")."""
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]],
              "regs": [["BLOCK_M", "BLOCK_K"]]}
 """Per stage, a gathered input tile and a weight tile, as in the matmul template; the gathered

@@ -21,15 +21,8 @@ TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K
 
 
 def start(precision: str, half: bool) -> dict[str, int]:
-    """The seed configuration: Hopper-sized tiles. On the H200 every edit the tuner accepted
-    from the old 64×64×32, 4-warp seed grew a tile (BLOCK_M 64 → 128: 1.29× on the FFN, 1.51× on
-    GEMM+add+ReLU); starting there saves those evaluations. Measured variants of these seeds
-    (``bench/port/seeds.py``, results under ``bench/port/results/2026-11-30-h200-call1``): the
-    bf16 FFN ran best at 3 stages (2.18 ms against 2.30 at 4), the 3xTF32 GEMMs at BLOCK_K 64
-    (1.60 ms against 1.84 at 32; 4 warps 3.07, BLOCK_M 64 3.95). 3xTF32 keeps each operand's
-    head and tail in registers, so its 128×128 tile needs 8 warps (212–251 registers under ptxas
-    for sm_90, ``bench/port/sm90.py``; spills at 4); IEEE fp32 dots hold operand fragments for
-    the FMA units and keep a 128×64 tile."""
+    """The seed configuration: Hopper-sized tiles, where every edit the tuner accepted from a
+    smaller seed led (figures: bench/port/README.md, "Template seeds")."""
     if half:
         return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
                 "PACK": 0}
@@ -56,10 +49,8 @@ def _k_major(t: torch.Tensor, k_padded: int) -> torch.Tensor:
         out[:, k:].zero_()
     return out
 '''
-"""``PACK = 1``: both operands go through ``_k_major`` first. On the H200 the same 3xTF32 kernel
-and tile ran matmul_square's 137 GFLOP ((K, N) row-major B) at 0.69× cuBLAS, and GEMM+add+ReLU's
-137 GFLOP (K-major ``nn.Linear`` weight) at 1.49×; packed, matmul_square ran at 1.60×. The copy
-of a 64 MiB operand costs ~30 µs."""
+"""``PACK = 1``: both operands go through ``_k_major`` first, since TF32 dots run far faster on
+K-major operands than the copy costs (figures: bench/port/README.md, "Template seeds")."""
 
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
 MLP_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"], ["BLOCK_K", "BLOCK_N"]],

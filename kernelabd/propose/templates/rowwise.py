@@ -36,33 +36,23 @@ BODIES: dict[str, list[str]] = {
 TILES = [1024, 2048, 4096, 8192]
 PER_THREAD = [4, 8, 16, 32]
 """Slice elements each thread holds: the warps follow from the slice's size at run time, so a
-16384-wide softmax row gets 32 warps instead of spilling from 4. (ptxas for sm_90, at the port
-benchmark's 8192×16384 softmax: 4 fixed warps, 128 elements a thread, spill 192 bytes a thread
-in Triton 3.9; 16 warps, 32 elements, spill 56 in Triton 3.8; 32 warps, 16 elements, spill in
-none of 3.6, 3.8 and 3.9; 64 elements spilled under 3.8 in every sampled configuration, so the
-tuner is not offered them; see bench/port/README.md.)"""
+16384-wide softmax row gets 32 warps instead of spilling from 4; 64 elements always spilled, so
+the tuner is not offered them (figures: bench/port/README.md, "Template seeds")."""
 MAX_WARPS = 32
 """Triton's limit (1024 threads); each thread then has at most 64 registers."""
 REGISTER_WARPS = 8
-"""More than 16 elements a thread only up to this many warps: 32 fp32 elements and their
-statistics take 128–170 registers (ptxas for sm_90), which 65536 registers an SM give each
-thread of at most 8 warps; a 16384-wide softmax row at 32 elements a thread (16 warps) spilled
-96 bytes and ran at 78 % of the copy rate against 84 % at 16 (H200). Wider slices fall back to
-16 elements a thread, so the seed's 32 serves 4096-wide rows and 16384-wide ones alike."""
+"""More than 16 elements a thread only up to this many warps, whose registers hold 32 fp32
+elements and their statistics; wider slices fall back to 16 elements a thread, so the seed's 32
+serves 4096-wide rows and 16384-wide ones alike (figures: bench/port/README.md, "Template
+seeds")."""
 PER_SM = [0, 1, 2, 4, 8, 16]
 STAGES = [1, 2, 3]
 EVICT = [0, 1]
 """A program walks slices ``outer`` apart (``PER_SM`` programs an SM; 0: a program a slice, as
 Inductor launches its reductions) with ``STAGES`` slices' loads in flight (Triton's software
 pipelining), as Triton's fused-softmax tutorial does; ``EVICT = 1`` marks the input, read once,
-first out of L2. What pays depends on the slice. On the H200 (``bench/port/seeds.py``; results
-under ``bench/port/results/2026-11-30-h200-call1`` and ``…-s6-call1``), 4096-wide rows ran best
-at 32 elements a thread (4 warps) and 16 programs an SM: LayerNorm at 86 % of the copy rate
-(77 % at 16 elements and 8 programs), RMSNorm 92 % (91 %), the bf16 RMSNorm 74 % (64 %); a
-16384-wide softmax row wants 32 warps (16 elements: 84 %; 32 elements: 78 %), which
-``REGISTER_WARPS`` gives it. A program a row ran at 70 % (LayerNorm) to 92 % (RMSNorm);
-evict-first loads were nowhere faster beyond noise (−0.3 % to +17 % time); pipelining two
-64 KiB softmax rows ran at 48 %."""
+first out of L2. What pays depends on the slice, so all are tunable (figures:
+bench/port/README.md, "Template seeds")."""
 SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0}
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}

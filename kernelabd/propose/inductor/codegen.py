@@ -1,0 +1,265 @@
+"""The code-generation subprocess (``python -m kernelabd.propose.inductor.codegen``): TorchInductor
+run on the reference, its output code captured and ported. The only module that imports
+``torch._inductor``; it runs in a process of its own so that Dynamo's and Inductor's
+process-wide caches, config and patched globals never reach the worker."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import keyword
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from kernelabd.propose.inductor.emit import Port, port
+from kernelabd.propose.inductor.parse import Arg, Capture, Unsupported
+from kernelabd.pysource import parse
+
+
+def helper_sources(names: set[str]) -> list[str]:
+    """Sources of the ``triton_helpers`` functions ``names`` needs (dependencies first), renamed
+    ``th_*`` so that they cannot collide with anything in the candidate."""
+    from torch._inductor.runtime import triton_helpers
+    from triton.runtime.jit import JITFunction
+
+    def is_helper(n: str) -> bool:
+        return isinstance(getattr(triton_helpers, n, None), JITFunction)
+
+    order: list[str] = []
+    deps: dict[str, set[str]] = {}
+
+    def visit(n: str, seen: tuple[str, ...] = ()) -> None:
+        if n in order or n in seen:
+            return
+        if not is_helper(n):
+            raise Unsupported(f"kernels use triton_helpers.{n}, which is not a @triton.jit helper")
+        src = textwrap.dedent(inspect.getsource(getattr(triton_helpers, n).fn))
+        tree = parse(src)
+        fn = tree.body[0]
+        local = {a.arg for a in fn.args.args} | {t.id for t in ast.walk(fn)
+                                                 if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        used = {t.id for t in ast.walk(fn) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load)} - local
+        deps[n] = {u for u in used if is_helper(u)}
+        other = used - deps[n] - {"tl", "triton", "libdevice", "math", "float", "int", "range"} - {n}
+        if other:
+            raise Unsupported(f"triton_helpers.{n} uses {sorted(other)}, which the port cannot copy")
+        for d in sorted(deps[n]):
+            visit(d, (*seen, n))
+        order.append(n)
+        sources[n] = src
+
+    sources: dict[str, str] = {}
+    for n in sorted(names):
+        visit(n)
+    out = []
+    for n in order:
+        src = sources[n]
+        for d in [*deps[n], n]:
+            src = re.sub(rf"(?<![\w.]){d}\b", f"th_{d}", src)
+        out.append(re.sub(r"(?<![\w.])math\.", "tl_math.", src).rstrip() + "\n")
+    return out
+
+
+class _Captured(Exception):
+    """Raised from Inductor's output-code hook: the code is in hand, stop before compiling."""
+
+
+def use_stand_in_driver() -> None:
+    """Let Inductor's Triton code generation run without a GPU: it asks the active Triton
+    driver for a target only to hash and pick options. Code generation only; nothing built
+    with this driver is ever launched."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.driver import DriverBase
+    from triton.runtime.driver import driver
+
+    class StandInDriver(DriverBase):
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_active_torch_device(self) -> Any:
+            return torch.device("cpu")
+
+        def get_benchmarker(self) -> Any:
+            raise RuntimeError("code generation only: nothing is benchmarked")
+
+        def map_python_to_cpp_type(self, ty: str) -> str:
+            return ty
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: Any = None) -> int:
+            return 0
+
+    driver.set_active(StandInDriver())
+
+
+def _configure(device: str) -> None:
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+    import torch.fx.experimental._config as fx_config
+
+    inductor_config.compile_threads = 1
+    inductor_config.fx_graph_cache = False
+    inductor_config.max_autotune = False
+    inductor_config.triton.cudagraphs = False
+    dynamo_config.force_parameter_static_shapes = False
+    dynamo_config.force_nn_module_property_static_shapes = False
+    dynamo_config.allow_unspec_int_on_nn_module = True
+    dynamo_config.specialize_float = True
+    dynamo_config.cache_size_limit = 64
+    fx_config.use_duck_shape = False      # equal sizes must not become one symbol
+    if device == "cpu":
+        inductor_config.cpu_backend = "triton"
+        use_stand_in_driver()
+
+
+def _source_expr(name: str, forward_params: list[str]) -> str | None:
+    """A Dynamo source name (``L['self']._modules['ln']._parameters['weight']``) as the
+    forward's Python expression (``self.ln.weight``); None when it is not reachable from there."""
+    m = re.match(r"L\['(\w+)'\]", name)
+    if m is None or (m.group(1) != "self" and m.group(1) not in forward_params):
+        return None
+    expr = m.group(1) + name[m.end():]
+
+    def attr(mm: re.Match[str]) -> str:
+        key = mm.group(1)
+        return f".{key}" if key.isidentifier() and not keyword.iskeyword(key) else mm.group(0)
+
+    return re.sub(r"\._(?:modules|parameters|buffers)\['([^'\]]+)'\]", attr, expr)
+
+
+def _graph_input(node: Any) -> tuple[str, bool]:
+    """A Dynamo placeholder's source name and whether Dynamo passes it as a tensor although
+    the forward holds a Python number (an unspecialised scalar)."""
+    ga = node.meta.get("grapharg")
+    src = getattr(ga, "source", None)
+    name = getattr(src, "name", None)
+    name = name() if callable(name) else name
+    return str(name or node.name), bool(getattr(ga, "pass_arg_as_tensor", False))
+
+
+def capture(source: str, device: str, constants: dict[str, Any]) -> Capture:
+    """Run TorchInductor on the reference at one shape and take its output code (in-process:
+    call it only from the codegen subprocess)."""
+    import torch
+    import torch._dynamo
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.graph import GraphLowering
+
+    from kernelabd.service.capture import load_reference
+
+    torch._dynamo.reset()
+    _, model, inputs = load_reference(source, constants)
+    model = model.to(device).eval()
+    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+    sig = inspect.signature(model.forward)
+    params = list(sig.parameters)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+        raise Unsupported("forward takes *args/**kwargs")
+    bound = dict(zip(params, inputs, strict=False))
+    seen: dict[str, Any] = {}
+
+    def backend(gm: Any, example_inputs: list[Any]) -> Any:
+        # read now: Dynamo drops the graph's metadata once the compile is aborted
+        seen["inputs"] = [_graph_input(n) for n in gm.graph.nodes if n.op == "placeholder"]
+        seen["examples"] = list(example_inputs)
+        seen["gm"] = gm
+        return compile_fx(gm, example_inputs)
+
+    def hook(code: str) -> None:
+        seen["code"] = code
+        raise _Captured
+
+    GraphLowering.save_output_code = staticmethod(hook)
+    with torch.no_grad():
+        eager = model(*inputs)
+        try:
+            torch.compile(model, backend=backend, fullgraph=True, dynamic=True)(*inputs)
+        except Exception as exc:
+            if "code" not in seen:
+                msg = str(exc).strip().splitlines()
+                raise Unsupported(f"torch.compile failed: {type(exc).__name__}: {msg[0] if msg else ''}"
+                                  [:300]) from exc
+    outs = list(eager) if isinstance(eager, tuple | list) else [eager]
+    if not all(isinstance(t, torch.Tensor) for t in outs):
+        raise Unsupported("forward returns something other than tensors")
+    args, values = [], []
+    scope = {"self": model, **bound}
+    for (name, as_tensor), example in zip(seen["inputs"], seen["examples"], strict=True):
+        expr = _source_expr(name, params)
+        if expr is None or as_tensor:
+            raise Unsupported(f"graph input {name} is not an input, parameter or size of the forward")
+        try:
+            value = eval(expr, {}, scope)   # our own expression over the model and its inputs
+        except Exception as exc:
+            raise Unsupported(f"graph input {expr} cannot be re-evaluated: {exc}") from exc
+        values.append(value)
+        if isinstance(example, torch.Tensor):
+            if not (isinstance(value, torch.Tensor) and value.shape == example.shape
+                    and torch.equal(value, example)):
+                raise Unsupported(f"graph input {expr} is not the tensor Dynamo saw")
+            contiguous = expr in params and value.is_contiguous()
+            args.append(Arg(expr, "tensor", contiguous))
+        else:
+            hint = example.node.hint if isinstance(example, torch.SymInt) else example
+            if value != hint:
+                raise Unsupported(f"graph input {expr} is {value}, Dynamo saw {hint}")
+            args.append(Arg(expr, "int"))
+    graph_out = seen["gm"](*values)
+    graph_out = list(graph_out) if isinstance(graph_out, tuple | list) else [graph_out]
+    if len(graph_out) != len(outs) or not all(
+            isinstance(g, torch.Tensor) and g.shape == o.shape and torch.allclose(g, o, rtol=1e-4, atol=1e-5,
+                                                                                  equal_nan=True)
+            for g, o in zip(graph_out, outs, strict=True)):
+        raise Unsupported("Dynamo's graph outputs are not the forward's outputs one for one")
+    kind = "tensor" if isinstance(eager, torch.Tensor) else type(eager).__name__
+    return Capture(code=seen["code"], args=tuple(args), output=kind, n_outputs=len(outs),
+                   device=device)
+
+
+def generate(source: str, device: str, shapes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Capture and port the reference at every gate shape; the first shape's port when they all
+    agree (in-process: call it only from the codegen subprocess)."""
+    _configure(device.split(":")[0] if device.startswith("cuda") else device)
+    interpreter = device == "cpu"
+    first: Port | None = None
+    for i, constants in enumerate(shapes):
+        try:
+            p = port(capture(source, device, constants), source, interpreter, helper_sources)
+        except Unsupported as exc:
+            where = f" (at gate shape {constants})" if i else ""
+            return {"declined": f"{exc}{where}"}
+        if first is None:
+            first = p
+        elif p.body != first.body or set(p.tunables) != set(first.tunables):
+            return {"declined": f"Inductor specialises its kernels on sizes that differ between the "
+                                f"gate's shapes ({shapes[0] or 'defaults'} vs {constants}); one port "
+                                "would fail the other"}
+    assert first is not None
+    return {"source": first.source, "edit": first.edit, "kernels": first.kernels}
+
+
+def _main() -> int:
+    """Subprocess entry: a JSON request on stdin, the answer written to ``request["out"]``."""
+    request = json.loads(sys.stdin.read())
+    try:
+        answer = generate(request["source"], request["device"], request["shapes"])
+    except Exception as exc:   # the reference is arbitrary code; any failure is a decline
+        msg = str(exc).strip().splitlines()
+        answer = {"declined": f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500]}
+    Path(request["out"]).write_text(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

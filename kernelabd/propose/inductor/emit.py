@@ -1,0 +1,283 @@
+"""The candidate file: Inductor's kernels with explicit launchers and ``TUNABLES``, the
+rewritten ``call``, and a ``ModelNew`` whose forward calls it."""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kernelabd.propose.inductor.parse import (
+    BLOCKS,
+    GRID_AXES,
+    Capture,
+    Kernel,
+    Unsupported,
+    dotted,
+    parse_output_code,
+)
+from kernelabd.propose.inductor.rewrite import rewrite_call
+from kernelabd.propose.templates import common
+from kernelabd.pysource import parse
+
+# libdevice functions and their tl equivalents for the Triton interpreter (which cannot run
+# libdevice's extern calls). ``tanh`` keeps to tl.exp, like the templates.
+INTERPRETER_LIBDEVICE: dict[str, str] = {
+    "exp": "tl.exp(x)", "exp2": "tl.exp2(x)", "log": "tl.log(x)", "log2": "tl.log2(x)",
+    "sqrt": "tl.sqrt(x)", "rsqrt": "tl.rsqrt(x)", "abs": "tl.abs(x)", "floor": "tl.floor(x)",
+    "ceil": "tl.ceil(x)", "erf": "tl.erf(x)", "sin": "tl.sin(x)", "cos": "tl.cos(x)",
+    "tanh": "2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0", "log1p": "tl.log(1.0 + x)",
+    "expm1": "tl.exp(x) - 1.0", "isnan": "x != x", "isinf": "tl.abs(x) == float('inf')",
+}
+# Under the interpreter, tl.reduce with a Python combine function runs element by element
+# (minutes for one softmax); these triton_helpers reductions get vectorised equivalents there
+# (NaN propagation aside: the gate rejects NaN outputs anyway). GPU runs keep Inductor's own.
+INTERPRETER_HELPERS: dict[str, tuple[str, str]] = {
+    "max2": ("a, dim", "return tl.max(a, dim)"),
+    "min2": ("a, dim", "return tl.min(a, dim)"),
+    "any": ("a, dim", "return tl.max(a.to(tl.int8), dim) != 0"),
+    "welford": ("mean, m2, weight, dim",
+                "w = tl.sum(weight, dim)\n"
+                "m = tl.sum(mean * weight, dim) / tl.where(w == 0.0, 1.0, w)\n"
+                "d = mean - tl.expand_dims(m, dim)\n"
+                "return m, tl.sum(m2 + weight * d * d, dim), w"),
+}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _around(default: int, lo: int, hi: int) -> list[int]:
+    """Powers of two in [lo, hi] plus the default: a tuner's search space."""
+    values = {1 << i for i in range(lo.bit_length() - 1, hi.bit_length()) if lo <= 1 << i <= hi}
+    return sorted(values | {default})
+
+
+@dataclass
+class Launch:
+    """A kernel's launch configuration: tunable defaults and their search spaces."""
+
+    defaults: dict[str, int]
+    spaces: dict[str, list[int]]
+
+
+def launch_config(kernel: Kernel) -> Launch:
+    """Deterministic launch defaults from Inductor's size hints (what its heuristics read),
+    standing in for its autotuner: the ``tune`` proposer refines them one edit at a time."""
+    hx = _pow2(kernel.size_hints.get("x", 1))
+    hr = _pow2(kernel.size_hints.get("r0_", 1))
+    d: dict[str, int] = {}
+    s: dict[str, list[int]] = {}
+    warps = [1, 2, 4, 8, 16]
+    if kernel.kind == "pointwise":
+        if "YBLOCK" in kernel.constexprs:
+            d["YBLOCK"] = min(32, _pow2(kernel.size_hints.get("y", 1)))
+            s["YBLOCK"] = _around(d["YBLOCK"], 1, 256)
+            d["XBLOCK"] = min(32, hx)
+            s["XBLOCK"] = _around(d["XBLOCK"], 1, 256)
+        elif "XBLOCK" in kernel.constexprs:
+            d["XBLOCK"] = min(1024, hx)
+            s["XBLOCK"] = _around(d["XBLOCK"], 64, 4096)
+        d["num_warps"] = 4
+    elif kernel.kind == "persistent_reduction":
+        if "XBLOCK" in kernel.constexprs:
+            d["XBLOCK"] = max(1, min(hx, 4096 // hr, 64))
+            s["XBLOCK"] = _around(d["XBLOCK"], 1, 128)
+        d["num_warps"] = 8 if hr >= 2048 else 4
+    else:
+        if kernel.reduction_hint == "OUTER":
+            d["XBLOCK"], d["R0_BLOCK"] = min(64, hx), min(8, hr)
+        elif kernel.reduction_hint == "INNER":
+            d["XBLOCK"], d["R0_BLOCK"] = 1, min(2048, hr)
+        else:
+            d["XBLOCK"], d["R0_BLOCK"] = min(8, hx), min(256, hr)
+        s["XBLOCK"] = _around(d["XBLOCK"], 1, 128)
+        s["R0_BLOCK"] = _around(d["R0_BLOCK"], 8, 4096)
+        d["num_warps"] = min(8, max(2, d["XBLOCK"] * d["R0_BLOCK"] // 256))
+        d["num_stages"] = 1
+        s["num_stages"] = [1, 2, 3, 4]
+    s["num_warps"] = warps
+    return Launch(d, s)
+
+
+def launcher_source(kernel: Kernel, names: dict[str, str]) -> str:
+    """``launch_<kernel>(...)``: grid and block sizes explicit, read from module-level tunables
+    (``names`` maps XBLOCK/num_warps/... to this kernel's tunable names)."""
+    body: list[str] = []
+    blocks: dict[str, str] = {}
+    if kernel.kind == "persistent_reduction" and "R0_BLOCK" in kernel.constexprs:
+        # a persistent reduction holds the whole reduced extent in registers
+        body.append("r0_block = triton.next_power_of_2(r0_numel)")
+        blocks["R0_BLOCK"] = "r0_block"
+        if "XBLOCK" in kernel.constexprs:
+            body.append(f"xblock = max(1, min({names['XBLOCK']}, 4096 // r0_block))")
+            blocks["XBLOCK"] = "xblock"
+    for block in kernel.constexprs:
+        blocks.setdefault(block, names[block])
+    grid = [f"triton.cdiv({axis}numel, {blocks[BLOCKS[axis]]})" if BLOCKS[axis] in blocks else f"{axis}numel"
+            for axis in GRID_AXES[kernel.grid_type]]
+    grid += ["1"] * (3 - len(grid))
+    kwargs = [f"{b}={blocks[b]}" for b in kernel.constexprs]
+    kwargs += [f"num_warps={names['num_warps']}",
+               f"num_stages={names['num_stages']}" if "num_stages" in names else "num_stages=1"]
+    body.append(f"grid = ({', '.join(grid)})")
+    body.append(f"{kernel.name}[grid]({', '.join([*kernel.runtime_params, *kwargs])})")
+    return f"def launch_{kernel.name}({', '.join(kernel.runtime_params)}):\n" + \
+        "".join(f"    {line}\n" for line in body)
+
+
+RUNTIME = '''
+
+def _empty(size, stride, dtype, device):
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+
+def _reinterpret(t, size, stride, offset):
+    """A view of ``t``'s storage, ``offset`` elements after ``t``'s own start."""
+    return t.as_strided(size, stride, t.storage_offset() + offset)
+
+
+def _check_layout(t, size, stride, what="tensor"):
+    """Inductor's size/stride assertion: the kernels index with the sizes and strides they were
+    generated for, so anything else is an error, never a silently wrong result."""
+    size, stride = tuple(size), tuple(stride)
+    if tuple(t.shape) != size or any(n != 1 and a != b for n, a, b in zip(size, t.stride(), stride)):
+        raise ValueError(f"Inductor port: {what} has shape {tuple(t.shape)} and strides {t.stride()}, "
+                         f"but its kernels were generated for shape {size} and strides {stride}")
+'''
+
+
+@dataclass
+class Port:
+    """A generated candidate, split so that two shapes' ports can be compared without the
+    launch defaults (which follow the shape's size hints)."""
+
+    body: str                      # everything after the tunables
+    head: str                      # docstring and imports
+    tunables: dict[str, list[int]]
+    defaults: dict[str, int]
+    kernels: list[str]
+
+    @property
+    def source(self) -> str:
+        return self.head + common.tunables(self.tunables, self.defaults) + self.body
+
+    @property
+    def edit(self) -> str:
+        names = ", ".join(self.kernels)
+        return f"inductor: {len(self.kernels)} Triton kernel(s) from TorchInductor ({names})"
+
+
+def _interpreter_block(libdevice_used: set[str], helpers_used: set[str]) -> str:
+    """Triton's libdevice on a GPU (as Inductor uses it); under the interpreter, which cannot
+    run libdevice, ``tl`` equivalents, and vectorised stand-ins for slow helper reductions."""
+    portable = sorted(u for u in libdevice_used if u in INTERPRETER_LIBDEVICE)
+    fast = sorted(h for h in helpers_used if h in INTERPRETER_HELPERS)
+    if not libdevice_used and not fast:
+        return ""
+    lines: list[str] = []
+    for name in portable:
+        lines += ["", "", "@triton.jit", f"def _interp_{name}(x):", f"    return {INTERPRETER_LIBDEVICE[name]}"]
+    lines += ["", "", 'if os.environ.get("TRITON_INTERPRET") == "1":']
+    if libdevice_used:
+        lines += ["    class libdevice:",
+                  '        """The Triton interpreter cannot run libdevice: tl equivalents."""',
+                  *[f"        {n} = _interp_{n}" for n in portable]]
+        if not portable:
+            lines.append("        pass")
+    for name in fast:
+        params, body = INTERPRETER_HELPERS[name]
+        lines += ["", "    @triton.jit", f"    def th_{name}({params}):",
+                  textwrap.indent(body, " " * 8)]
+    if libdevice_used:
+        lines += ["else:", "    from triton.language.extra import libdevice"]
+    return "\n".join(lines) + "\n"
+
+
+def _forward(reference_source: str, capture: Capture) -> str:
+    """``forward``: the reference's signature, Inductor's graph inputs in Dynamo's order, ``call``."""
+    tree = parse(reference_source)
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    fwd = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    if fwd is None:
+        raise Unsupported("Model has no forward method")
+    returns = f" -> {ast.unparse(fwd.returns)}" if fwd.returns is not None else ""
+    args = []
+    for a in capture.args:
+        args.append(f"{a.expr}.contiguous()" if a.input_contiguous else a.expr)
+    tensors = [a.expr for a in capture.args if a.kind == "tensor"]
+    if not tensors:
+        raise Unsupported("the compiled graph takes no tensor, so there is no device to run on")
+    ret = "outputs[0]" if capture.output == "tensor" else f"{capture.output}(outputs)"
+    return (f"def forward({ast.unparse(fwd.args)}){returns}:\n"
+            f"    outputs = call([{', '.join(args)}], {tensors[0]}.device)\n"
+            f"    return {ret}\n")
+
+
+HelperSources = Callable[[set[str]], list[str]]
+"""The sources of the ``triton_helpers`` functions a port needs (``codegen.helper_sources``:
+reading them imports ``torch._inductor``, which only the codegen subprocess does)."""
+
+
+def port(capture: Capture, reference_source: str, interpreter: bool, helper_sources: HelperSources) -> Port:
+    """Inductor's captured output code as a standalone candidate; raises ``Unsupported``."""
+    import torch
+    import triton
+
+    parts = common.reference_parts(reference_source)
+    if parts is None:
+        raise Unsupported("the reference's Model.__init__ cannot be copied (missing or decorated)")
+    kernels, call = parse_output_code(capture.code)
+    call_src = rewrite_call(call, kernels)     # first: an extern kernel is the reason to give
+    if not kernels:
+        raise Unsupported("Inductor generated no Triton kernel for this graph")
+    returns = [n for n in ast.walk(call) if isinstance(n, ast.Return)]
+    if len(returns) != 1 or not isinstance(returns[0].value, ast.Tuple) \
+            or len(returns[0].value.elts) != capture.n_outputs:
+        raise Unsupported(f"Inductor's call does not return the reference's {capture.n_outputs} output(s)")
+    unpack = [n for n in call.body if isinstance(n, ast.Assign) and dotted(n.value) == "args"]
+    n_args = len(unpack[0].targets[0].elts) if unpack and isinstance(unpack[0].targets[0], ast.Tuple) else 1
+    if n_args != len(capture.args):
+        raise Unsupported(f"Inductor's call takes {n_args} arguments for {len(capture.args)} graph inputs")
+
+    tunables: dict[str, list[int]] = {}
+    defaults: dict[str, int] = {}
+    launchers = []
+    for i, k in enumerate(kernels):
+        cfg = launch_config(k)
+        names = {key: key if len(kernels) == 1 else f"{key}_{i}" for key in cfg.defaults}
+        for key, value in cfg.defaults.items():
+            defaults[names[key]] = value
+            tunables[names[key]] = cfg.spaces[key]
+        launchers.append(launcher_source(k, names))
+
+    helper_names = set().union(*(k.helpers for k in kernels))
+    helpers = helper_sources(helper_names)
+    texts = [k.text for k in kernels] + helpers
+    used = set().union(*(set(re.findall(r"\blibdevice\.(\w+)", t)) for t in texts))
+    if interpreter and (missing := sorted(used - set(INTERPRETER_LIBDEVICE))):
+        raise Unsupported(f"kernels use libdevice.{', libdevice.'.join(missing)}, which the Triton "
+                          "interpreter cannot run")
+    doc = (f"Inductor port: TorchInductor's Triton kernels for this reference, standalone.\n\n"
+           f"Generated by kernelab's inductor proposer (torch {torch.__version__.split('+')[0]}, triton "
+           f"{triton.__version__}) on {capture.device.split(':')[0]}: the kernels are Inductor's own with\n"
+           "its autotuning decorators removed; grids and block sizes are explicit, the launch\n"
+           "configuration is TUNABLES. No torch.compile or torch._inductor at run time.\n")
+    imports = ["import os", *parts[0]]
+    if any("tl_math." in t for t in texts):
+        imports.insert(1, "from triton.language import math as tl_math")
+    head = common.header(doc, imports)
+    body = ""
+    for src in helpers:
+        body += "\n\n" + src
+    body += _interpreter_block(used, helper_names)
+    for k in kernels:
+        body += f"\n\n@triton.jit\n{k.text.rstrip()}\n"
+    for src in launchers:
+        body += "\n\n" + src
+    body += RUNTIME + "\n\n" + call_src.rstrip() + "\n"
+    body += common.model_class(parts[1], _forward(reference_source, capture))
+    return Port(body=body, head=head, tunables=tunables, defaults=defaults, kernels=[k.name for k in kernels])

@@ -1,0 +1,409 @@
+"""The ``template`` proposer's matchers: each asks whether the whole traced graph is one of
+its shapes and, if so, instantiates its Triton template (``kernelabd.propose.templates``).
+
+A graph with any op a matcher does not account for matches nothing. The gate checks the result
+anyway: a wrong match costs one rejected candidate, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+
+from kernelabd.propose.template.graph import REDUCTIONS, SCALAR_SYMBOLS, Graph, Op, as_dim
+from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
+
+
+@dataclass(frozen=True)
+class Match:
+    """A template instantiated for the reference: the candidate's source, its edit line, and
+    the input precision its dots were given (``None`` for a template without dots)."""
+
+    source: str
+    edit: str
+    dots: str | None = None
+
+
+def _inner_of(shape: tuple[int, ...] | None, end: int) -> bool:
+    return bool(shape) and torch.Size(shape[end:]).numel() > 1
+
+
+def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
+    if len(g.ops) != 1 or g.out is not g.ops[0].node:
+        return None
+    op = g.ops[0]
+    arg = g.leaf(op.args[0])
+    shape = g.shape(op.args[0])
+    if arg is None or shape is None:
+        return None
+    if op.kind in ("softmax", "log_softmax") and op.attrs["dim"] is not None:
+        dim = op.attrs["dim"] % len(shape)
+        spec = rowwise.Rowwise(op.kind, arg, f"{op.attrs['dim']} % x.dim()",
+                               f"{op.attrs['dim']} % x.dim() + 1", inner=_inner_of(shape, dim + 1))
+    elif op.kind in ("layer_norm", "rms_norm"):
+        weight, bias = op.attrs.get("weight"), op.attrs.get("bias")
+        eps = op.attrs["eps"]
+        eps_expr = eps if isinstance(eps, str) else g.scalar(eps)
+        spec = rowwise.Rowwise(op.kind, arg, f"x.dim() - {op.attrs['ndim']}", "x.dim()",
+                               eps=eps_expr, weight=g.leaf(weight) if weight is not None else None,
+                               bias=g.leaf(bias) if bias is not None else None)
+        if (weight is not None and spec.weight is None) or (bias is not None and spec.bias is None):
+            return None
+    else:
+        return None
+    return Match(*rowwise.render(spec, g.signature, *init))
+
+
+def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
+    """RMSNorm as common code writes it (``x * rsqrt(mean(x², d, keepdim) + eps) * w`` and its
+    variants), recognised by its parts and confirmed by evaluating the graph against the
+    formula on a random input."""
+    means = [op for op in g.ops if op.kind == "mean" and op.attrs["keepdim"]]
+    kinds = {op.kind for op in g.ops}
+    if len(means) != 1 or not kinds <= {"square", "mul", "mean", "add", "rsqrt", "sqrt", "div"}:
+        return None
+    x = list(g.inputs)
+    adds = [op for op in g.ops if op.kind == "add" and any(g.scalar(a) for a in op.args)]
+    weights = {a for op in g.ops for a in op.args if isinstance(a, fx.Node) and a.op == "get_attr"}
+    shape = g.shape(x[0]) if len(x) == 1 else None
+    dim = means[0].attrs["dim"]
+    if shape is None or dim is None or len(adds) != 1 or len(weights) > 1:
+        return None
+    eps = next(a for a in adds[0].args if g.scalar(a))
+    weight = g.leaf(next(iter(weights))) if weights else None
+    dim %= len(shape)
+    if not _confirm_rms(g, shape, dim, float(eps), weight):
+        return None
+    spec = rowwise.Rowwise("rms_norm", str(x[0].target), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
+                           eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1))
+    return Match(*rowwise.render(spec, g.signature, *init))
+
+
+def _confirm_rms(g: Graph, shape: tuple[int, ...], dim: int, eps: float, weight: str | None) -> bool:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        model = g.gm.double()
+        if weight is not None:
+            w = model.get_parameter(weight.removeprefix("self."))
+            w.copy_(torch.rand(w.shape, generator=gen, dtype=torch.float64) + 0.5)
+        got = model(x)
+        want = x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + eps)
+        if weight is not None:
+            want = want * w.reshape([shape[dim] if i == dim else 1 for i in range(len(shape))])
+    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-9, atol=1e-12))
+
+
+def match_reduction(g: Graph, init: list[Any]) -> Match | None:
+    """sum/mean/amax over one dim, or ``torch.max(x, dim)[0]`` (values only)."""
+    if not g.ops or g.ops[0].kind not in REDUCTIONS or g.ops[0].attrs["dim"] is None:
+        return None
+    op = g.ops[0]
+    if op.node.target in (torch.max, "max"):        # returns (values, indices)
+        values = (len(g.ops) == 2 and g.ops[1].kind == "getitem"
+                                     and g.ops[1].args == (op.node, 0) and g.out is g.ops[1].node)
+        if len(g.ops) != 2 or not values:
+            return None
+    elif len(g.ops) != 1 or g.out is not op.node:
+        return None
+    arg, shape = g.leaf(op.args[0]), g.shape(op.args[0])
+    if arg is None or shape is None:
+        return None
+    dim = op.attrs["dim"] % len(shape)
+    spec = reduce.Reduction(op.kind, arg, op.attrs["dim"], op.attrs["keepdim"], _inner_of(shape, dim + 1))
+    return Match(*reduce.render(spec, g.signature, *init))
+
+
+def match_elementwise(g: Graph, init: list[Any]) -> Match | None:
+    if not g.ops or g.out is not g.ops[-1].node:
+        return None
+    chain = g.chain(g.ops, common.Chain(), {})
+    if chain is None or not chain.tensors:
+        return None
+    first = next((t for t in chain.tensors if not t.startswith("self.")), chain.tensors[0])
+    return Match(*elementwise.render(chain, [op.kind for op in g.ops], g.signature, first, *init))
+
+
+def _matmul_spec(g: Graph, ops: list[Op], out: Any, precision: str) -> tuple[matmul.Matmul, str] | None:
+    """``ops`` as a matmul followed by an elementwise epilogue whose result is ``out``."""
+    if not ops or ops[0].kind not in ("matmul", "linear"):
+        return None
+    op, rest = ops[0], ops[1:]
+    if out is not (rest[-1].node if rest else op.node) or g.shape(out) != g.shape(op.node):
+        return None
+    a = g.leaf(op.args[0])
+    a_shape = g.shape(op.args[0])
+    chain = common.Chain(result="acc")
+    if op.kind == "linear":
+        b, transposed = g.leaf(op.attrs["weight"]), True
+        if op.attrs["bias"] is not None:
+            bias = g.leaf(op.attrs["bias"])
+            if bias is None:
+                return None
+            chain.tensors.append(bias)
+            chain.lines.append("acc = acc + t0")
+    else:
+        b, transposed = g.leaf(op.args[1]), False
+    b_shape = g.shape(op.attrs["weight"] if op.kind == "linear" else op.args[1])
+    if a is None or b is None or not a_shape or len(a_shape) < 2 or not b_shape or len(b_shape) != 2:
+        return None
+    if g.chain(rest, chain, {op.node: "acc"}) is None:
+        return None
+    what = " + ".join([op.kind, *(["bias"] if op.attrs.get("bias") is not None else []),
+                       *(o.kind for o in rest)])
+    return matmul.Matmul(a, b, transposed, chain, precision, g.half), what
+
+
+def match_matmul(g: Graph, init: list[Any], precision: str) -> Match | None:
+    found = _matmul_spec(g, g.ops, g.out, precision)
+    return None if found is None else Match(*matmul.render(found[0], g.signature, *init, found[1]), precision)
+
+
+def match_matmul_rowwise(g: Graph, init: list[Any], precision: str) -> Match | None:
+    """A matmul with an elementwise epilogue, then softmax or log-softmax over the last dim."""
+    if len(g.ops) < 2 or g.out is not g.ops[-1].node:
+        return None
+    last = g.ops[-1]
+    if last.kind not in ("softmax", "log_softmax") or last.attrs["dim"] is None:
+        return None
+    shape = g.shape(last.args[0])
+    if not shape or last.attrs["dim"] % len(shape) != len(shape) - 1:
+        return None
+    found = _matmul_spec(g, g.ops[:-1], g.resolve(last.args[0]), precision)
+    if found is None:
+        return None
+    row = rowwise.Rowwise(last.kind, "y", "y.dim() - 1", "y.dim()")
+    return Match(*matmul.render_then_rowwise(found[0], row, g.signature, *init, found[1]), precision)
+
+
+def match_mlp(g: Graph, init: list[Any], precision: str) -> Match | None:
+    kinds = sorted(op.kind for op in g.ops)
+    if kinds != ["linear", "linear", "linear", "mul", "silu"]:
+        return None
+    if any(op.attrs.get("bias") is not None for op in g.ops if op.kind == "linear"):
+        return None
+    by_node = {op.node: op for op in g.ops}
+    down = by_node.get(g.out)
+    mul = by_node.get(down.args[0]) if down is not None and down.kind == "linear" else None
+    if mul is None or mul.kind != "mul":
+        return None
+    first, second = (by_node.get(a) for a in mul.args)
+    if first is None or second is None:
+        return None
+    silu, up = (first, second) if first.kind == "silu" else (second, first)
+    gate = by_node.get(silu.args[0]) if silu.kind == "silu" else None
+    if gate is None or gate.kind != "linear" or up.kind != "linear" or gate.args[0] is not up.args[0]:
+        return None
+    names = [g.leaf(gate.args[0]), *(g.leaf(o.attrs["weight"]) for o in (gate, up, down))]
+    if any(n is None for n in names):
+        return None
+    return Match(*matmul.render_mlp(matmul.GatedMLP(*names, precision, g.half), g.signature, *init), precision)
+
+
+def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
+    """The traced shape of a node, or of a forward-side expression: an input's name, or a
+    parameter or buffer of the model (``self.conv.weight``)."""
+    if isinstance(value, fx.Node):
+        return g.shape(value)
+    if not isinstance(value, str):
+        return None
+    if value.startswith("self."):
+        name = value.removeprefix("self.")
+        for get in (g.model.get_parameter, g.model.get_buffer):
+            try:
+                return tuple(get(name).shape)
+            except AttributeError:
+                continue
+        return None
+    node = next((n for n in g.inputs if str(n.target) == value), None)
+    return g.shape(node) if node is not None else None
+
+
+def _per_channel(shape: tuple[int, ...] | None, out: tuple[int, ...]) -> bool:
+    """Whether an operand broadcasts against the NCHW output along the channels only (a
+    ``(C_out, 1, 1)`` bias): then the kernel reads it per column. With one output channel the
+    flat path is used, since the run-time channel count may differ from the traced one."""
+    if shape is None or len(shape) > len(out) or len(shape) < 3 or out[1] == 1:
+        return False
+    aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
+    return aligned[1] == out[1] and all(d == 1 for i, d in enumerate(aligned) if i != 1)
+
+
+def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
+    """``nn.Conv2d``/``F.conv2d`` (groups 1, zero padding, any stride/padding/dilation, NCHW
+    input) followed by an elementwise epilogue whose result is the graph's output."""
+    if not g.ops or g.ops[0].kind != "conv2d":
+        return None
+    op, rest = g.ops[0], g.ops[1:]
+    if op.attrs["groups"] != 1 or op.attrs["padding_mode"] != "zeros":
+        return None
+    out_shape = g.shape(op.node)
+    if g.out is not (rest[-1].node if rest else op.node) or not out_shape or g.shape(g.out) != out_shape:
+        return None
+    x, weight = g.leaf(op.args[0]), g.leaf(op.attrs["weight"])
+    x_shape, w_shape = g.shape(op.args[0]), _tensor_shape(g, weight)
+    bias = g.leaf(op.attrs["bias"]) if op.attrs["bias"] is not None else None
+    if (x is None or weight is None or not x_shape or len(x_shape) != 4 or not w_shape
+            or len(w_shape) != 4 or w_shape[1] != x_shape[1] or (op.attrs["bias"] is not None and bias is None)):
+        return None
+    chain = common.Chain(result="acc")
+    if g.chain(rest, chain, {op.node: "acc"}) is None:
+        return None
+    channel = [_per_channel(_tensor_shape(g, t), out_shape) for t in chain.tensors]
+    spec = conv.Conv(x, weight, bias, op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"],
+                     chain, precision, channel)
+    what = " + ".join(["conv2d", *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
+    return Match(*conv.render(spec, g.signature, *init, what), precision)
+
+
+class _Attention:
+    """Reads attention's parts off a graph: operands through views and scale factors, each
+    with the nodes it accounts for (the match must account for every op of the graph)."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.ops = {op.node: op for op in g.ops}
+        self.used: set[fx.Node] = set()
+
+    def op(self, value: Any, *kinds: str) -> Op | None:
+        op = self.ops.get(value) if isinstance(value, fx.Node) else None
+        if op is None or op.kind not in kinds:
+            return None
+        self.used.add(op.node)
+        return op
+
+    @staticmethod
+    def tensor(value: Any) -> bool:
+        return isinstance(value, fx.Node) and "tensor_meta" in value.meta
+
+    def view(self, value: Any) -> str | None:
+        """An input or parameter, possibly transposed: the kernel reads views through their
+        strides, so the forward passes the same view (no copy)."""
+        if (expr := self.g.leaf(value)) is not None:
+            return expr
+        op = self.op(value, "transpose")
+        inner = self.view(op.args[0]) if op is not None else None
+        return f"{inner}.transpose({op.attrs['dims'][0]}, {op.attrs['dims'][1]})" if op and inner else None
+
+    def factor(self, value: Any) -> str | None:
+        """A scale as a forward-side Python expression: a number (or the attribute holding it),
+        or arithmetic on input sizes (``q.size(-1) ** -0.5``), recomputed by the port's forward
+        so that it follows the shapes the gate tries."""
+        if (expr := self.g.scalar(value)) is not None:
+            return expr
+        if self.tensor(value):
+            return None
+        if (op := self.op(value, "size")) is not None:
+            base = self.view(op.args[0])
+            dim = op.attrs["dim"]
+            return f"{base}.shape[{dim}]" if base is not None and dim is not None else None
+        if (op := self.op(value, "getitem")) is not None:
+            size = self.op(op.args[0], "size")
+            base = self.view(size.args[0]) if size is not None and size.attrs["dim"] is None else None
+            index = op.args[1]
+            return f"{base}.shape[{index}]" if base is not None and as_dim(index) is not None else None
+        if (op := self.op(value, "pow")) is not None:
+            base = self.factor(op.args[0])
+            return f"({base} ** {op.args[1]!r})" if base is not None else None
+        if (op := self.op(value, *SCALAR_SYMBOLS)) is not None:
+            a, b = self.factor(op.args[0]), self.factor(op.args[1])
+            return f"({a} {SCALAR_SYMBOLS[op.kind]} {b})" if a is not None and b is not None else None
+        return None
+
+    def unscaled(self, value: Any, factors: list[str]) -> Any:
+        """``value`` without its multiplications and divisions by scale factors (appended to
+        ``factors`` as multipliers): the product is linear in each, so all fold into one scale."""
+        while (op := self.op(value, "mul", "div")) is not None:
+            before = set(self.used)
+            a, b = op.args
+            if self.tensor(a) and (f := self.factor(b)) is not None:
+                factors.append(f if op.kind == "mul" else f"(1.0 / {f})")
+                value = a
+            elif op.kind == "mul" and self.tensor(b) and (f := self.factor(a)) is not None:
+                factors.append(f)
+                value = b
+            else:       # not a scaling: leave it (and what was looked at) unaccounted for
+                self.used = before - {op.node}
+                return value
+        return value
+
+    def operands(self, q: Any, k: Any, v: Any) -> tuple[str, str, str] | None:
+        """The operands' view expressions, when their traced shapes are attention's:
+        (…, M, D), (…, N, D), (…, N, Dv), same leading dims (no broadcasting), same float dtype."""
+        metas = [t.meta.get("tensor_meta") if isinstance(t, fx.Node) else None for t in (q, k, v)]
+        if any(m is None for m in metas):
+            return None
+        qs, ks, vs = (tuple(m.shape) for m in metas)
+        dtypes = {m.dtype for m in metas}
+        if (not 2 <= len(qs) <= 4 or not len(qs) == len(ks) == len(vs) or qs[:-2] != ks[:-2]
+                or ks[:-2] != vs[:-2] or qs[-1] != ks[-1] or ks[-2] != vs[-2] or len(dtypes) != 1
+                or not next(iter(dtypes)).is_floating_point):
+            return None
+        qv, kv, vv = self.view(q), self.view(k), self.view(v)
+        return (qv, kv, vv) if qv is not None and kv is not None and vv is not None else None
+
+    def written(self, top: Op, factors: list[str]) -> tuple[Any, Any, Any] | None:
+        """(q, k, v) of ``softmax(q @ kᵀ * scale, dim=-1) @ v``, with the scale factors found
+        on the scores, on ``q`` and on ``kᵀ`` or ``k``; None for any other shape of graph."""
+        soft = self.op(top.args[0], "softmax")
+        shape = self.g.shape(top.args[0])
+        if soft is None or not shape or soft.attrs["dim"] is None or soft.attrs["dim"] % len(shape) != len(shape) - 1:
+            return None
+        scores = self.op(self.unscaled(soft.args[0], factors), "matmul")
+        kt = self.op(self.unscaled(scores.args[1], factors), "transpose") if scores is not None else None
+        k_shape = self.g.shape(kt.args[0]) if kt is not None else None
+        if kt is None or not k_shape:
+            return None
+        if {d % len(k_shape) for d in kt.attrs["dims"]} != {len(k_shape) - 2, len(k_shape) - 1}:
+            return None
+        return self.unscaled(scores.args[0], factors), self.unscaled(kt.args[0], factors), top.args[1]
+
+
+def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
+    """``F.scaled_dot_product_attention(q, k, v[, is_causal, scale])``, or the written-out
+    ``softmax(q @ kᵀ * scale, dim=-1) @ v`` (any mix of ``matmul``/``@``/``bmm``, ``transpose``/
+    ``mT``/``permute``, scale by a number or from the inputs' sizes, on the scores or on
+    ``q``/``k``). Every op of the graph must be part of it and the output the attention itself."""
+    at = _Attention(g)
+    top = at.op(g.out, "sdpa", "matmul") if isinstance(g.out, fx.Node) else None
+    if top is None:
+        return None
+    factors: list[str] = []
+    sdpa = top.kind == "sdpa"
+    if sdpa:
+        qkv = (at.unscaled(top.args[0], factors), at.unscaled(top.args[1], factors), top.args[2])
+    else:
+        qkv = at.written(top, factors)
+    views = at.operands(*qkv) if qkv is not None else None
+    if views is None:
+        return None
+    scale = top.attrs["scale"] if sdpa else None
+    if sdpa and scale is None:      # SDPA's default, 1/sqrt(E) with E the query's last dim
+        factors.insert(0, f"(1.0 / math.sqrt({views[0]}.shape[-1]))")
+    elif sdpa:
+        factors.insert(0, at.factor(scale) or "")
+    if not all(factors) or at.used != set(at.ops):
+        return None
+    causal = bool(top.attrs["is_causal"]) if sdpa else False
+    spec = attention.Attention(*views, " * ".join(factors) or "1.0", causal, sdpa, precision, g.half)
+    return Match(*attention.render(spec, g.signature, *init), precision)
+
+
+def find(g: Graph, init: list[Any], precision: str) -> Match | None:
+    """The first template that matches the whole graph, most specific first (a gated MLP is
+    also three matmuls; a matmul + softmax also ends in a row-wise op), with ``precision`` for
+    the dots of those that have them."""
+    for attempt in (lambda: match_attention(g, init, precision),
+                    lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
+                    lambda: match_conv(g, init, precision),
+                    lambda: match_matmul_rowwise(g, init, precision),
+                    lambda: match_rowwise(g, init),
+                    lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
+                    lambda: match_elementwise(g, init)):
+        found = attempt()
+        if found is not None:
+            return found
+    return None
