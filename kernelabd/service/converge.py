@@ -48,6 +48,8 @@ class Recorder(Protocol):
               job_id: int | None = None) -> None: ...
     def device_ceilings(self, job_id: int) -> dict[str, Any] | None: ...
     def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool: ...
+    def add_exchange(self, job_id: int, candidate_id: int | None,
+                     exchange: dict[str, Any]) -> None: ...
 
 
 class ReferenceInvalid(Exception):
@@ -180,6 +182,8 @@ class Loop:
                          parent_id=proposal.parent_id, edit=proposal.edit,
                          params=proposal.params, language=proposal.language)
         self.history.append(cand)
+        for exchange in proposal.exchanges:
+            self.rec.add_exchange(self.job_id, cid, exchange)
         self.rec.event("candidate.proposed", f"#{cid} by {proposer}: {proposal.edit}",
                        job_id=self.job_id)
         return cand
@@ -241,7 +245,7 @@ class Loop:
                          language=cand.language, state="done", verdict=data.get("verdict"),
                          rule=data.get("rule"), reason=data.get("reason"),
                          candidate_ms=data.get("candidate_ms"), speedup=data.get("speedup"),
-                         accepted=accepted)
+                         accepted=accepted, evidence=data.get("evidence"))
         self.history = [done if c.id == cand.id else c for c in self.history]
 
     def charge(self, seconds: float) -> None:
@@ -265,7 +269,7 @@ class Loop:
         loaded = []
         for name in self.limits.proposers:
             try:
-                loaded.append(load_proposer(name))
+                loaded.append(load_proposer(name, self.config))
             except ProposerUnavailable as exc:
                 self.rec.event("proposer.unavailable", str(exc), level="warning",
                                job_id=self.job_id)
@@ -275,10 +279,19 @@ class Loop:
         ctx = self.context()
         for proposer in proposers:
             proposal = proposer.propose(ctx)
+            self.record_failed(proposer)
             if proposal is not None:
                 return proposal, proposer.name
             self.note_decline(proposer)
         return None
+
+    def record_failed(self, proposer: Proposer) -> None:
+        """Keep the exchanges of an agent's failed proposals (no usable code, not one edit, a
+        timeout, an HTTP error), each with its reason, linked to no candidate."""
+        for exchange in getattr(proposer, "take_failed", list)():
+            self.rec.add_exchange(self.job_id, None, exchange)
+            self.rec.event("proposal.failed", f"{proposer.name}: {exchange.get('error')}",
+                           level="warning", job_id=self.job_id)
 
     def note_decline(self, proposer: Proposer) -> None:
         """A proposer that gives a reason for having nothing (``last_reason``: the Inductor one
