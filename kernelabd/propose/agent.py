@@ -178,6 +178,18 @@ class AgentProposer:
         self._ahead = _Ahead(lambda: self.request(ctx, in_flight))
 
 
+def unconfigured(names: tuple[str, ...] | list[str], config: Any) -> str | None:
+    """Why an ``agents.NAME`` among ``names`` cannot run (no such table), said before a job is
+    queued for it; None when every one is configured."""
+    for name in names:
+        if name.startswith(AGENT_PREFIX):
+            try:
+                AgentProposer.configured(name, config)
+            except ProposerUnavailable as exc:
+                return str(exc)
+    return None
+
+
 def _files(ctx: JobContext) -> dict[str, str]:
     """What a command agent finds in its work directory besides the prompt."""
     files = {"reference.py": ctx.reference_source}

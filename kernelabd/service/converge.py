@@ -10,6 +10,7 @@ next move from that history, carry on where they were.
 from __future__ import annotations
 
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +74,26 @@ class Limits:
     proposers: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_job(cls, job_config: dict[str, Any], config: Config) -> Limits:
-        """The job's own settings (fixed when it was queued) over the daemon's defaults."""
+    def for_job(cls, job_config: dict[str, Any], config: Config, sidecar: str | None = None) -> Limits:
+        """The job's own settings (fixed when it was queued: ``port --proposer``, else the
+        sidecar's ``proposers``) over the daemon's defaults."""
         jobs = config.jobs
+        proposers = job_config.get("proposers") or _sidecar_proposers(sidecar) or jobs.proposers
         return cls(max_candidates=int(job_config.get("max_candidates", jobs.max_candidates)),
                    max_minutes=float(job_config.get("max_minutes", jobs.max_minutes)),
                    patience=int(job_config.get("patience", jobs.patience)),
-                   proposers=list(job_config.get("proposers", jobs.proposers)))
+                   proposers=list(proposers))
+
+
+def _sidecar_proposers(sidecar: str | None) -> list[str] | None:
+    """``proposers`` of a recorded sidecar (checked when the problem was read)."""
+    if not sidecar:
+        return None
+    try:
+        value = tomllib.loads(sidecar).get("proposers")
+    except tomllib.TOMLDecodeError:
+        return None
+    return value if isinstance(value, list) else None
 
 
 def stop_reason(limits: Limits, history: list[Candidate], active_s: float,
@@ -129,7 +143,7 @@ class Loop:
         state = recorder.load(job_id)
         self.job: dict[str, Any] = state["job"]
         self.history = [Candidate.from_row(r) for r in state["candidates"]]
-        self.limits = Limits.for_job(state["job_config"], config)
+        self.limits = Limits.for_job(state["job_config"], config, self.job.get("sidecar"))
         self.active_s = float(self.job.get("active_s") or 0.0)
         self.reference = workdir / f"{self.job['problem_name']}.py"
         # On a GPU, the next evaluation's sandboxes start while this one runs (on a CPU they
