@@ -65,6 +65,7 @@ def test_port_with_an_agent_records_every_outcome_and_names_it_in_the_lineage(ki
         out = kit.cli("port", str(reference), "--proposer", "agents.local",
                       "--device", "cpu", "--json", check=False, timeout=300)
     assert out.returncode == 0, out.stderr
+    assert server.requests[0]["headers"]["Authorization"] == "Bearer sk-test-secret"
     job = json.loads(out.stdout)
     assert job["state"] == "done" and job["accepted"] == 1, job
     cands = rows(kit, "SELECT id, proposer, verdict, rule, candidate_ms, accepted, edit "
