@@ -177,7 +177,7 @@ CREATE TABLE agent_exchanges (
     tokens_out     INTEGER,
     latency_s      REAL,
     finish_reason  TEXT,                     -- stop | length | … (the server's), or exit N
-    status         TEXT NOT NULL,            -- ok | failed
+    status         TEXT NOT NULL,            -- ok | failed | unused (asked ahead, job over)
     error          TEXT,                     -- one line when failed
     created_at     REAL NOT NULL
 );

@@ -51,7 +51,8 @@ class Request:
 class _Ahead:
     """A request running on a daemon thread (a job that ends meanwhile does not wait for it)."""
 
-    def __init__(self, ask: Any) -> None:
+    def __init__(self, ask: Any, prompt: str) -> None:
+        self.prompt = prompt
         self._done = threading.Event()
         self._value: Request | None = None
         self._ask = ask
@@ -63,8 +64,10 @@ class _Ahead:
         finally:
             self._done.set()
 
-    def result(self) -> Request | None:
-        self._done.wait()
+    def result(self, wait: bool = True) -> Request | None:
+        """The request once answered (``wait=False``: None while it still runs)."""
+        if wait:
+            self._done.wait()
         return self._value
 
 
@@ -119,6 +122,23 @@ class AgentProposer:
         self.last_reason = f"{failed} failed proposals in a row (last: {self._failed[-1].get('error')})"
         return None
 
+    def close(self) -> list[dict[str, Any]]:
+        """The job is over: what is left to record, including an answer asked ahead and never
+        used (status ``unused``), or the request still running (abandoned, not waited for)."""
+        left = self.take_failed()
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return left
+        request = ahead.result(wait=False)
+        if request is None:
+            return [*left, {"proposer": self.name, "model": self.agent.model or self.agent.command[0],
+                            "prompt": ahead.prompt, "status": "unused",
+                            "error": "abandoned: the job ended while the agent was answering"}]
+        return [*left, *({**ex, "status": "unused" if ex["status"] == "ok" else ex["status"],
+                          "error": ex.get("error") or "unused: the job ended before this answer "
+                                                      "was needed"}
+                         for ex in request.answer.exchanges)]
+
     def take_failed(self) -> list[dict[str, Any]]:
         """Exchanges of failed proposals since the last call, for the loop to record."""
         failed, self._failed = self._failed, []
@@ -141,7 +161,7 @@ class AgentProposer:
     def request(self, ctx: JobContext, in_flight: Candidate | None = None) -> Request:
         """Ask the agent once (any thread: it touches nothing but the agent)."""
         self.asked += 1
-        system, user = system_message(ctx), user_message(ctx, in_flight)
+        system, user = self.messages(ctx, in_flight)
         if isinstance(self.client, ChatClient):
             answer = self.client.ask([{"role": "system", "content": system},
                                       {"role": "user", "content": user}])
@@ -150,6 +170,11 @@ class AgentProposer:
         self.tokens += answer.tokens
         self.waited_s += sum(ex.get("latency_s") or 0.0 for ex in answer.exchanges)
         return Request(parent=ctx.incumbent, language=target_of(ctx.sidecar), answer=answer)
+
+    @staticmethod
+    def messages(ctx: JobContext, in_flight: Candidate | None = None) -> tuple[str, str]:
+        """The system and user messages for ``ctx``."""
+        return system_message(ctx), user_message(ctx, in_flight)
 
     def accept(self, request: Request) -> Proposal | None:
         """The request's proposal, or ``None`` with its exchanges kept as a failed proposal."""
@@ -175,7 +200,8 @@ class AgentProposer:
             return
         in_flight = Candidate(id=0, proposer=self.name, source=proposal.source,
                               parent_id=proposal.parent_id, edit=proposal.edit, state="evaluating")
-        self._ahead = _Ahead(lambda: self.request(ctx, in_flight))
+        prompt = "\n\n".join(self.messages(ctx, in_flight))
+        self._ahead = _Ahead(lambda: self.request(ctx, in_flight), prompt)
 
 
 def unconfigured(names: tuple[str, ...] | list[str], config: Any) -> str | None:

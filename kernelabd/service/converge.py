@@ -152,6 +152,7 @@ class Loop:
         self._spares: dict[str, Sandbox] = {}
         self.costs: list[float] = []      # seconds each evaluation of this run took
         self.declines: set[tuple[str, str]] = set()   # (proposer, reason) already recorded
+        self._loaded: list[Proposer] = []
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -299,6 +300,13 @@ class Loop:
             self.note_decline(proposer)
         return None
 
+    def close_proposers(self) -> None:
+        """Record what a proposer still holds when the job ends (an agent's answer asked ahead
+        and never used), so no exchange is lost."""
+        for proposer in self._loaded:
+            for exchange in getattr(proposer, "close", list)():
+                self.rec.add_exchange(self.job_id, None, exchange)
+
     def record_failed(self, proposer: Proposer) -> None:
         """Keep the exchanges of an agent's failed proposals (no usable code, not one edit, a
         timeout, an HTTP error), each with its reason, linked to no candidate."""
@@ -325,6 +333,7 @@ class Loop:
             return Outcome("invalid", error=str(exc))
         finally:
             self.close_spares()
+            self.close_proposers()
 
     def _run(self) -> Outcome:
         self.materialise_reference()
@@ -338,7 +347,7 @@ class Loop:
             start = self.job["start_source"]
             self.evaluate(self.record(Proposal(source=start, edit="starting candidate",
                                                params=params_of(start)), "start"))
-        proposers = self.proposers()
+        proposers = self._loaded = self.proposers()
         while True:
             reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
                                  self.next_cost())

@@ -216,3 +216,21 @@ def test_a_command_agent_past_its_time_limit_is_killed_and_recorded():
     assert time.monotonic() - started < 10
     failed = prop.take_failed()
     assert failed[0]["finish_reason"] == "timeout" and failed[0]["error"].startswith("timeout")
+
+
+def test_closing_records_an_answer_asked_ahead_and_never_used():
+    with ChatServer([answer("port", PORT), answer("again", PORT.replace("8", "2"))]) as server:
+        prop = agent(server)
+        assert prop.propose(ctx(left=5)) is not None
+        deadline = time.monotonic() + 5
+        while (prop._ahead is None or prop._ahead.result(wait=False) is None) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (unused,) = prop.close()
+        assert unused["status"] == "unused" and "job ended" in unused["error"]
+        assert "again" in unused["response"]
+    with ChatServer([answer("port", PORT), Step(delay_s=3.0, text="late")]) as server:
+        prop = agent(server)
+        assert prop.propose(ctx(left=5)) is not None
+        (abandoned,) = prop.close()
+        assert abandoned["error"].startswith("abandoned") and "class Model" in abandoned["prompt"]
