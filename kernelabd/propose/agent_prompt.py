@@ -106,10 +106,11 @@ def _capture(capture: dict[str, Any] | None) -> str:
     sol = capture.get("sol")
     if sol:
         lines.append(f"- speed-of-light floor on this device: {sol['ms']:.4g} ms ({sol.get('bound')}-bound)")
-    launches = capture.get("launches") or []
+    launches = [x for x in capture.get("launches") or [] if isinstance(x, dict)]
     if launches:
-        names = ", ".join(str(x.get("name", x)) if isinstance(x, dict) else str(x) for x in launches[:8])
-        lines.append(f"- the reference launches {len(launches)} kernel(s): {names}")
+        names = "; ".join(f"{x.get('name')} ×{x.get('count', 1)}, {x.get('device_us', '?')} µs"
+                          for x in launches[:8])
+        lines.append(f"- the reference's launches: {names}")
     return "\n".join(lines) if len(lines) > 1 else ""
 
 

@@ -234,3 +234,21 @@ def test_closing_records_an_answer_asked_ahead_and_never_used():
         assert prop.propose(ctx(left=5)) is not None
         (abandoned,) = prop.close()
         assert abandoned["error"].startswith("abandoned") and "class Model" in abandoned["prompt"]
+
+
+def test_the_capture_and_the_gap_to_the_fastest_candidate_reach_the_prompt():
+    capture = {"flops": 48000, "min_bytes": 128000, "sol": {"ms": 0.01, "bound": "memory"},
+               "launches": [{"name": "softmax_warp_forward", "count": 1, "device_us": 12.5}]}
+    faster = Candidate(id=2, proposer="tune", source=PORT, parent_id=1, edit="num_warps 8 → 4",
+                       state="done", verdict="pass", candidate_ms=0.4, speedup=1.01)
+    context = JobContext(job_id=1, problem="softmax", reference_source=REFERENCE, device="cuda",
+                         budget=Budget(1, 60.0), capture=capture, history=(incumbent(), faster))
+    with ChatServer([answer("port", PORT.replace("8", "2"))]) as server:
+        agent(server).propose(context)
+        user = server.requests[0]["body"]["messages"][1]["content"]
+    assert "FLOPs: 48,000" in user and "bytes moved at least: 128,000" in user
+    assert "speed-of-light floor on this device: 0.01 ms (memory-bound)" in user
+    assert "softmax_warp_forward ×1, 12.5 µs" in user
+    assert "fastest passing candidate so far: #2 (tune) 0.4 ms, a gap of 1.250x" in user
+    assert "gap to the speed-of-light floor: 50.00x" in user
+    assert "#2 tune: num_warps 8 → 4 → passed, not faster than noise (1.010x)" in user
