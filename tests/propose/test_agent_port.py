@@ -93,6 +93,11 @@ def test_port_with_an_agent_records_every_outcome_and_names_it_in_the_lineage(ki
     later = [e["prompt"] for e in ex if e["id"] > ex[3]["id"]]
     assert any(f"#{broken['id']}" in p and broken["rule"] in p for p in later)
 
+    shown = json.loads(kit.cli("jobs", "transcript", str(job["id"]), "--candidate",
+                               str(good["id"]), "--json").stdout)
+    assert [e["id"] for e in shown] == [ex[0]["id"], ex[1]["id"]]
+    assert "EDIT: port: one program per row" in kit.cli("jobs", "transcript", str(job["id"])).stdout
+
     report = json.loads((kit.home.results / "softmax" / "report.json").read_text())
     assert [s["proposer"] for s in report["lineage"]] == ["agents.local"]
     events = {e["kind"] for e in rows(kit, "SELECT kind FROM events")}
