@@ -117,4 +117,7 @@ def test_a_daemon_job_runs_template_then_the_agent_then_tune(kit):
     first = {name: order.index(name) for name in ("template", "agents.local", "tune")}
     assert first["template"] < first["agents.local"] < first["tune"], order
     assert order.count("agents.local") == 1
+    (ex,) = rows(kit, "SELECT e.status, c.proposer FROM agent_exchanges e "
+                      "JOIN candidates c ON c.id = e.candidate_id")
+    assert ex == {"status": "ok", "proposer": "agents.local"}, "recorded through the worker's pipe"
     assert order == sorted(order, key=["template", "agents.local", "tune"].index), order
