@@ -121,3 +121,12 @@ def test_a_daemon_job_runs_template_then_the_agent_then_tune(kit):
                       "JOIN candidates c ON c.id = e.candidate_id")
     assert ex == {"status": "ok", "proposer": "agents.local"}, "recorded through the worker's pipe"
     assert order == sorted(order, key=["template", "agents.local", "tune"].index), order
+
+
+def test_port_refuses_an_agent_missing_from_the_config_before_recording_a_job(kit):
+    out = kit.cli("port", str(EXAMPLES / "softmax.py"), "--proposer", "agents.local",
+                  "--device", "cpu", check=False)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("kernelab port: proposer 'agents.local': kernelab.toml has no "
+                                  "[agents.local] table (agents: none configured)")
+    assert not kit.home.db.exists() or not rows(kit, "SELECT id FROM jobs")
