@@ -56,6 +56,29 @@ class SandboxConfig:
     memory_gb: float = 0.0            # address-space cap per sandbox, 0 = none
 
 
+AGENT_KINDS = ("openai", "command")
+
+
+@dataclass
+class AgentConfig:
+    """One ``[agents.NAME]`` table: a model endpoint or a command-line agent as a proposer.
+    The API key is named (``api_key_env``), never written here, so the file can be shared."""
+
+    kind: str = ""                    # openai | command
+    base_url: str = ""                # openai: the endpoint up to /v1
+    model: str = ""                   # openai: the served model's name
+    api_key_env: str = ""             # openai: NAME of the variable holding the key ("" = none)
+    max_tokens: int = 8192            # openai: per answer
+    timeout_s: float = 300.0          # one answer (openai) or one run (command)
+    stream: bool = True               # openai: ask for server-sent events
+    retries: int = 4                  # openai: retries on 429 and 5xx, with backoff
+    command: list[str] = field(default_factory=list)   # command: argv; {prompt} {workdir}
+    pass_env: list[str] = field(default_factory=list)  # command: variables it may see
+    max_proposals: int = 20           # budget per job: answers asked for
+    max_total_tokens: int = 0         # budget per job: tokens in + out, 0 = none
+    max_minutes: float = 0.0          # budget per job: wall time waiting on it, 0 = none
+
+
 @dataclass
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
@@ -63,6 +86,7 @@ class Config:
     gate: GateConfig = field(default_factory=GateConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,11 +123,36 @@ def parse(text: str, source: str = "kernelab.toml") -> Config:
     if unknown:
         raise ConfigError(f"{source}: unknown section(s): {', '.join(unknown)}")
     cfg = Config()
+    cfg.agents = _agents(data.pop("agents", {}), source)
     for f in fields(Config):
         if f.name in data:
             setattr(cfg, f.name, _section(type(getattr(cfg, f.name)), f.name, data[f.name], source))
     validate_lock_clocks(cfg.timing.lock_clocks, source)
     return cfg
+
+
+def _agents(tables: Any, source: str) -> dict[str, AgentConfig]:
+    """``[agents.NAME]`` tables, each checked for what its ``kind`` needs to run."""
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{source}: [agents] must hold [agents.NAME] tables")
+    agents = {}
+    for name, values in tables.items():
+        section = f"agents.{name}"
+        agent = _section(AgentConfig, section, values, source)
+        if agent.kind not in AGENT_KINDS:
+            raise ConfigError(f"{source}: [{section}] kind must be one of {', '.join(AGENT_KINDS)}, "
+                              f"got {agent.kind!r}")
+        needed = ("base_url", "model") if agent.kind == "openai" else ("command",)
+        missing = [key for key in needed if not getattr(agent, key)]
+        if missing:
+            raise ConfigError(f"{source}: [{section}] kind = {agent.kind!r} needs "
+                              f"{', '.join(missing)}")
+        if not all(isinstance(a, str) for a in agent.command + agent.pass_env):
+            raise ConfigError(f"{source}: [{section}] command and pass_env must be lists of strings")
+        if agent.timeout_s <= 0:
+            raise ConfigError(f"{source}: [{section}] timeout_s must be positive")
+        agents[name] = agent
+    return agents
 
 
 def validate_lock_clocks(value: str, source: str = "kernelab.toml") -> None:
@@ -154,4 +203,19 @@ lock_clocks = "off"      # off | base | max | <MHz>. Only on a box you own and r
 user = ""                # when run as root, sandboxes run as this user ("" = the same user);
                          # it must be able to read the Python install and use /dev/nvidia*
 memory_gb = 0.0          # address-space limit per sandbox process; 0 = none
+
+# Agents as proposers (README.md, "Agents"): name one in [jobs] proposers as "agents.NAME",
+# or per job with `kernelab port REF --proposer agents.NAME`.
+# [agents.local]
+# kind = "openai"                        # any OpenAI-compatible /v1/chat/completions endpoint
+# base_url = "http://127.0.0.1:8000/v1"
+# model = "qwen2.5-coder-32b"
+# api_key_env = "OPENAI_API_KEY"         # optional: the NAME of the variable, never the key
+# max_tokens = 8192
+# timeout_s = 300
+#
+# [agents.cli]
+# kind = "command"                       # a coding agent run non-interactively
+# command = ["my-agent", "--prompt-file", "{prompt}", "--workdir", "{workdir}"]
+# timeout_s = 600
 """

@@ -162,7 +162,30 @@ CREATE INDEX events_job ON events(job_id, id);
 CREATE INDEX problems_name ON problems(name, revision);
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2]
+# Agents as proposers: every exchange with a model or a command agent, linked to the candidate
+# it produced (NULL for a failed proposal: no code, not one edit, a timeout, an HTTP error).
+SCHEMA_AGENT_EXCHANGES = """
+CREATE TABLE agent_exchanges (
+    id             INTEGER PRIMARY KEY,
+    job_id         INTEGER NOT NULL REFERENCES jobs(id),
+    candidate_id   INTEGER REFERENCES candidates(id),
+    proposer       TEXT NOT NULL,            -- agents.NAME
+    model          TEXT,                     -- the model that answered, or the command
+    prompt         TEXT NOT NULL,
+    response       TEXT,                     -- the answer as received (partial on a timeout)
+    tokens_in      INTEGER,
+    tokens_out     INTEGER,
+    latency_s      REAL,
+    finish_reason  TEXT,                     -- stop | length | … (the server's), or exit N
+    status         TEXT NOT NULL,            -- ok | failed | unused (asked ahead, job over)
+    error          TEXT,                     -- one line when failed
+    created_at     REAL NOT NULL
+);
+CREATE INDEX agent_exchanges_candidate ON agent_exchanges(candidate_id);
+CREATE INDEX agent_exchanges_job ON agent_exchanges(job_id, id);
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

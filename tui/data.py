@@ -353,6 +353,18 @@ def load_source(conn: sqlite3.Connection, candidate_id: int) -> str | None:
     return None if row is None else row["source"]
 
 
+def load_transcript(conn: sqlite3.Connection, job_id: int,
+                    candidate_id: int) -> tuple[dict[str, Any], ...]:
+    """The agent exchanges that produced a candidate (empty for other proposers, and on a
+    database from before agents were recorded)."""
+    from store.exchanges import exchanges
+
+    try:
+        return tuple(exchanges(conn, job_id, candidate_id))
+    except sqlite3.OperationalError:
+        return ()
+
+
 def load_blocks(conn: sqlite3.Connection, candidate_id: int) -> tuple[Block, ...]:
     rows = conn.execute(
         "SELECT side, idx, samples, median_ms, sm_clock_mhz, clock_reasons, temperature_c, "

@@ -47,7 +47,7 @@ def _send(home_dir: str | None, verb: str, job_id: int, arg: str | None = None) 
 
 @click.group()
 def jobs() -> None:
-    """Pause, resume, cancel, retry or reprioritise a job."""
+    """Pause, resume, cancel, retry or reprioritise a job; show its agent transcript."""
 
 
 def _verb(name: str, doc: str) -> click.Command:
@@ -74,3 +74,39 @@ for _name, _doc in (("pause", "Pause a queued or running job (a running one stop
 def priority(home_dir: str | None, job_id: int, priority: int) -> None:
     """Set a job's priority (higher runs first)."""
     _send(home_dir, "priority", job_id, str(priority))
+
+
+@jobs.command()
+@home_option
+@click.argument("job_id", type=int)
+@click.option("--candidate", "candidate_id", type=int, default=None,
+              help="Only the exchanges that produced this candidate.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON list of exchange objects.")
+def transcript(home_dir: str | None, job_id: int, candidate_id: int | None, as_json: bool) -> None:
+    """Show an agent's exchanges for a job (prompt, response, model, tokens, latency)."""
+    import json
+
+    from store.exchanges import exchanges
+
+    home = resolve_home(home_dir)
+    if not home.db.exists():
+        click.echo(f"kernelab jobs: no database in {home.root}", err=True)
+        sys.exit(1)
+    conn = connect(home.db, readonly=True)
+    try:
+        rows = exchanges(conn, job_id, candidate_id)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for ex in rows:
+        linked = f"candidate #{ex['candidate_id']}" if ex["candidate_id"] else "no candidate"
+        click.echo(f"── exchange {ex['id']} · {ex['proposer']} · {ex['model']} · {ex['status']} · "
+                   f"{linked} · {ex['tokens_in']} in / {ex['tokens_out']} out · "
+                   f"{ex['latency_s']} s · finish {ex['finish_reason']}")
+        if ex["error"]:
+            click.echo(f"error: {ex['error']}")
+        click.echo(f"── prompt\n{ex['prompt']}\n── response\n{ex['response'] or '(none)'}\n")
+    if not rows:
+        click.echo(f"job {job_id}: no agent exchanges")

@@ -57,6 +57,12 @@ def port(home_dir: str | None, reference: Path, device: str | None, proposers: t
     except ConfigError as exc:
         click.echo(f"kernelab port: {exc}", err=True)
         sys.exit(2)
+    from kernelabd.propose.agent import unconfigured
+
+    unknown = unconfigured(proposers, config)
+    if unknown:
+        click.echo(f"kernelab port: {unknown}", err=True)
+        sys.exit(2)
     device = pick_device(device)
     store = Store(connect(home.db))
     job_config: dict = {"foreground_pid": os.getpid()}

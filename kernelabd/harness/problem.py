@@ -36,6 +36,7 @@ class Sidecar:
     variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     sizes: dict[str, dict[str, Any]] = field(default_factory=dict)   # device kind -> constants
     extra_shapes: list[dict[str, Any]] = field(default_factory=list)  # gate-only shapes
+    proposers: list[str] | None = None      # the job's proposers in order, over [jobs] proposers
 
     def constants_for(self, device: str) -> dict[str, Any]:
         """Module constants to override for ``device`` (``cuda:1`` uses ``[sizes.cuda]``)."""
@@ -130,6 +131,10 @@ def load_sidecar(path: Path) -> Sidecar:
         side.sizes = _typed(data, "sizes", dict, path)
         if not all(isinstance(v, dict) for v in side.sizes.values()):
             raise ProblemError(f"{path}: [sizes.DEVICE] tables map constant names to values")
+    if "proposers" in data:
+        side.proposers = _typed(data, "proposers", list, path)
+        if not side.proposers or not all(isinstance(v, str) for v in side.proposers):
+            raise ProblemError(f"{path}: proposers must be a non-empty list of proposer names")
     if "extra_shapes" in data:
         side.extra_shapes = _typed(data, "extra_shapes", list, path)
         if not all(isinstance(v, dict) for v in side.extra_shapes):

@@ -32,6 +32,7 @@ class Proposal:
     parent_id: int | None = None
     params: dict[str, Any] | None = None       # declared tunables' values in ``source``
     language: str = "triton"
+    exchanges: tuple[dict[str, Any], ...] = ()  # an agent's exchanges that produced it
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Candidate:
     candidate_ms: float | None = None
     speedup: float | None = None
     accepted: bool = False
+    evidence: dict[str, Any] | None = None     # the gate's evidence of a failure
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Candidate:
@@ -71,7 +73,13 @@ class Candidate:
                    language=row.get("language") or "triton", state=row.get("state") or "pending",
                    verdict=row.get("verdict"), rule=row.get("rule"), reason=row.get("reason"),
                    candidate_ms=row.get("candidate_ms"), speedup=row.get("speedup"),
-                   accepted=bool(row.get("accepted")))
+                   accepted=bool(row.get("accepted")), evidence=_evidence(row.get("result")))
+
+
+def _evidence(result: Any) -> dict[str, Any] | None:
+    data = json.loads(result) if isinstance(result, str) else result
+    evidence = data.get("evidence") if isinstance(data, dict) else None
+    return evidence if isinstance(evidence, dict) else None
 
 
 @dataclass(frozen=True)
@@ -116,11 +124,20 @@ class ProposerUnavailable(RuntimeError):
     """The named proposer does not exist or cannot run here; the message says why."""
 
 
-def load_proposer(name: str) -> Proposer:
-    """Instantiate a proposer by name; raises ``ProposerUnavailable`` with a one-line cause."""
+AGENT_PREFIX = "agents."     # "agents.NAME": the [agents.NAME] table of kernelab.toml
+
+
+def load_proposer(name: str, config: Any = None) -> Proposer:
+    """Instantiate a proposer by name; raises ``ProposerUnavailable`` with a one-line cause.
+    ``config`` (a ``kernelabd.config.Config``) is where ``agents.NAME`` proposers are defined."""
+    if name.startswith(AGENT_PREFIX):
+        from kernelabd.propose.agent import AgentProposer
+
+        return AgentProposer.configured(name, config)
     target = REGISTRY.get(name)
     if target is None:
-        raise ProposerUnavailable(f"unknown proposer {name!r} (known: {', '.join(REGISTRY)})")
+        raise ProposerUnavailable(f"unknown proposer {name!r} (known: {', '.join(REGISTRY)}, "
+                                  f"{AGENT_PREFIX}NAME)")
     module_name, attr = target.split(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)

@@ -10,6 +10,7 @@ next move from that history, carry on where they were.
 from __future__ import annotations
 
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,8 @@ class Recorder(Protocol):
               job_id: int | None = None) -> None: ...
     def device_ceilings(self, job_id: int) -> dict[str, Any] | None: ...
     def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool: ...
+    def add_exchange(self, job_id: int, candidate_id: int | None,
+                     exchange: dict[str, Any]) -> None: ...
 
 
 class ReferenceInvalid(Exception):
@@ -73,13 +76,26 @@ class Limits:
     proposers: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_job(cls, job_config: dict[str, Any], config: Config) -> Limits:
-        """The job's own settings (fixed when it was queued) over the daemon's defaults."""
+    def for_job(cls, job_config: dict[str, Any], config: Config, sidecar: str | None = None) -> Limits:
+        """The job's own settings (fixed when it was queued: ``port --proposer``, else the
+        sidecar's ``proposers``) over the daemon's defaults."""
         jobs = config.jobs
+        proposers = job_config.get("proposers") or _sidecar_proposers(sidecar) or jobs.proposers
         return cls(max_candidates=int(job_config.get("max_candidates", jobs.max_candidates)),
                    max_minutes=float(job_config.get("max_minutes", jobs.max_minutes)),
                    patience=int(job_config.get("patience", jobs.patience)),
-                   proposers=list(job_config.get("proposers", jobs.proposers)))
+                   proposers=list(proposers))
+
+
+def _sidecar_proposers(sidecar: str | None) -> list[str] | None:
+    """``proposers`` of a recorded sidecar (checked when the problem was read)."""
+    if not sidecar:
+        return None
+    try:
+        value = tomllib.loads(sidecar).get("proposers")
+    except tomllib.TOMLDecodeError:
+        return None
+    return value if isinstance(value, list) else None
 
 
 def stop_reason(limits: Limits, history: list[Candidate], active_s: float,
@@ -129,7 +145,7 @@ class Loop:
         state = recorder.load(job_id)
         self.job: dict[str, Any] = state["job"]
         self.history = [Candidate.from_row(r) for r in state["candidates"]]
-        self.limits = Limits.for_job(state["job_config"], config)
+        self.limits = Limits.for_job(state["job_config"], config, self.job.get("sidecar"))
         self.active_s = float(self.job.get("active_s") or 0.0)
         self.reference = workdir / f"{self.job['problem_name']}.py"
         # On a GPU, the next evaluation's sandboxes start while this one runs (on a CPU they
@@ -138,6 +154,7 @@ class Loop:
         self._spares: dict[str, Sandbox] = {}
         self.costs: list[float] = []      # seconds each evaluation of this run took
         self.declines: set[tuple[str, str]] = set()   # (proposer, reason) already recorded
+        self._loaded: list[Proposer] = []
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -182,6 +199,8 @@ class Loop:
                          parent_id=proposal.parent_id, edit=proposal.edit,
                          params=proposal.params, language=proposal.language)
         self.history.append(cand)
+        for exchange in proposal.exchanges:
+            self.rec.add_exchange(self.job_id, cid, exchange)
         self.rec.event("candidate.proposed", f"#{cid} by {proposer}: {proposal.edit}",
                        job_id=self.job_id)
         return cand
@@ -243,7 +262,7 @@ class Loop:
                          language=cand.language, state="done", verdict=data.get("verdict"),
                          rule=data.get("rule"), reason=data.get("reason"),
                          candidate_ms=data.get("candidate_ms"), speedup=data.get("speedup"),
-                         accepted=accepted)
+                         accepted=accepted, evidence=data.get("evidence"))
         self.history = [done if c.id == cand.id else c for c in self.history]
 
     def charge(self, seconds: float) -> None:
@@ -267,7 +286,7 @@ class Loop:
         loaded = []
         for name in self.limits.proposers:
             try:
-                loaded.append(load_proposer(name))
+                loaded.append(load_proposer(name, self.config))
             except ProposerUnavailable as exc:
                 self.rec.event("proposer.unavailable", str(exc), level="warning",
                                job_id=self.job_id)
@@ -277,10 +296,26 @@ class Loop:
         ctx = self.context()
         for proposer in proposers:
             answer = proposer.propose(ctx)
+            self.record_failed(proposer)
             if isinstance(answer, Proposal):
                 return answer, proposer.name
             self.note_decline(proposer.name, answer)
         return None
+
+    def close_proposers(self) -> None:
+        """Record what a proposer still holds when the job ends (an agent's answer asked ahead
+        and never used), so no exchange is lost."""
+        for proposer in self._loaded:
+            for exchange in getattr(proposer, "close", list)():
+                self.rec.add_exchange(self.job_id, None, exchange)
+
+    def record_failed(self, proposer: Proposer) -> None:
+        """Keep the exchanges of an agent's failed proposals (no usable code, not one edit, a
+        timeout, an HTTP error), each with its reason, linked to no candidate."""
+        for exchange in getattr(proposer, "take_failed", list)():
+            self.rec.add_exchange(self.job_id, None, exchange)
+            self.rec.event("proposal.failed", f"{proposer.name}: {exchange.get('error')}",
+                           level="warning", job_id=self.job_id)
 
     def note_decline(self, proposer: str, decline: Decline) -> None:
         """A decline with a reason (the Inductor one when Inductor hands the graph to cuBLAS,
@@ -300,6 +335,7 @@ class Loop:
             return Outcome("invalid", error=str(exc))
         finally:
             self.close_spares()
+            self.close_proposers()
 
     def _run(self) -> Outcome:
         self.materialise_reference()
@@ -313,7 +349,7 @@ class Loop:
             start = self.job["start_source"]
             self.evaluate(self.record(Proposal(source=start, edit="starting candidate",
                                                params=params_of(start)), "start"))
-        proposers = self.proposers()
+        proposers = self._loaded = self.proposers()
         while True:
             reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
                                  self.next_cost())

@@ -72,6 +72,12 @@ class LocalRecorder:
               job_id: int | None = None) -> None:
         self.store.event(kind, message, level=level, job_id=job_id)
 
+    def add_exchange(self, job_id: int, candidate_id: int | None, exchange: dict[str, Any]) -> None:
+        """Keep an agent's exchange, with the candidate it produced (None: a failed proposal)."""
+        from store.exchanges import add_exchange
+
+        add_exchange(self.store.conn, job_id, candidate_id, exchange)
+
     def end_job(self, job_id: int, state: str, stop_reason: str | None,
                 error: str | None) -> None:
         from kernelabd.service.reports import write_results
@@ -86,4 +92,4 @@ class LocalRecorder:
 # The calls a worker may make on the daemon's recorder (nothing else crosses the pipe).
 RPC_METHODS = frozenset({"load", "add_candidate", "start_candidate", "finish_candidate",
                          "update_job", "add_active_time", "event", "end_job",
-                         "device_ceilings", "set_device_ceilings"})
+                         "device_ceilings", "set_device_ceilings", "add_exchange"})

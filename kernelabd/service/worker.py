@@ -68,6 +68,9 @@ class RpcRecorder:
     def device_ceilings(self, job_id: int) -> dict[str, Any] | None:
         return self._call("device_ceilings", job_id)
 
+    def add_exchange(self, job_id: int, candidate_id: int | None, exchange: dict[str, Any]) -> None:
+        self._call("add_exchange", job_id, candidate_id, exchange)
+
     def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool:
         return self._call("set_device_ceilings", job_id, ceilings)
 

@@ -1,12 +1,12 @@
 """One job in depth: candidates with their lineage and edits, and for the selected candidate
-its source, its diff against its parent, its timing distribution, clock state and gate
-verdict."""
+its source, its diff against its parent, its timing distribution, clock state, gate verdict
+and, for an agent's candidate, the transcript of the exchanges that produced it."""
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -25,6 +25,7 @@ from tui.data import (
     load_blocks,
     load_series,
     load_source,
+    load_transcript,
     parent_diff,
 )
 from tui.messages import DataChanged
@@ -33,7 +34,7 @@ from tui.widgets.queue import VIM_BINDINGS
 from tui.widgets.status import StatusBar
 from tui.widgets.timing import TimingHistogram
 
-TABS = ("source", "diff", "timing", "clock", "gate")
+TABS = ("source", "diff", "timing", "clock", "gate", "transcript")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class CandidateView:
     diff: str
     blocks: tuple[Block, ...]
     lineage: tuple[Candidate, ...]
+    transcript: tuple[dict[str, Any], ...] = ()
 
 
 def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
@@ -60,7 +62,8 @@ def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
         lineage.append(by_id[lineage[-1].parent_id])  # type: ignore[index]
     return CandidateView(candidate=cand, source=source,
                          diff=parent_diff(parent_source, source, cand.parent_id, cand.id),
-                         blocks=load_blocks(conn, cand.id), lineage=tuple(lineage))
+                         blocks=load_blocks(conn, cand.id), lineage=tuple(lineage),
+                         transcript=load_transcript(conn, series.job.id, cand.id))
 
 
 def verdict_text(cand: Candidate) -> Text:
@@ -95,6 +98,29 @@ def gate_text(cand: Candidate) -> str:
         lines.append("faster than noise" if cand.faster_than_noise
                      else "not faster than noise")
     return "\n".join(lines)
+
+
+def transcript_text(cand: Candidate, transcript: tuple[dict[str, Any], ...]) -> Text:
+    """Each exchange: who answered, how (status, tokens, latency, finish reason), then the
+    prompt and the response as sent and received."""
+    if not transcript:
+        return Text(f"no agent transcript: proposed by {cand.proposer}", style="dim")
+    text = Text()
+    for i, ex in enumerate(transcript, 1):
+        tokens = f"{ex['tokens_in'] if ex['tokens_in'] is not None else '?'} in / " \
+                 f"{ex['tokens_out'] if ex['tokens_out'] is not None else '?'} out"
+        latency = f"{ex['latency_s']:.2f} s" if ex["latency_s"] is not None else "–"
+        style = "green" if ex["status"] == "ok" else "bold red"
+        text.append(f"exchange {i} · {ex['proposer']} · {ex['model'] or '?'} · ", style="bold")
+        text.append(ex["status"], style=style)
+        text.append(f" · {tokens} · {latency} · finish {ex['finish_reason'] or '–'}\n")
+        if ex["error"]:
+            text.append(f"{ex['error']}\n", style="red")
+        text.append("prompt\n", style="bold underline")
+        text.append(f"{ex['prompt']}\n")
+        text.append("response\n", style="bold underline")
+        text.append(f"{ex['response'] or '(none)'}\n\n")
+    return text
 
 
 class CandidateTable(DataTable[str | Text]):
@@ -164,6 +190,8 @@ class JobDetail(JobControls):
                         yield DataTable(id="blocks", cursor_type="row")
                     with TabPane("5 gate", id="gate"), VerticalScroll():
                         yield Static("", id="gate-text")
+                    with TabPane("6 transcript", id="transcript"), VerticalScroll():
+                        yield Static("", id="transcript-text")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -245,6 +273,7 @@ class JobDetail(JobControls):
                            f"{b.power_w:.0f}" if b.power_w is not None else "–",
                            "yes" if b.throttled else "no")
         self.query_one("#gate-text", Static).update(gate_text(cand))
+        self.query_one("#transcript-text", Static).update(transcript_text(cand, view.transcript))
 
     @on(DataTable.RowHighlighted, "#candidates")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
