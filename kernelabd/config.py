@@ -56,6 +56,15 @@ class SandboxConfig:
     memory_gb: float = 0.0            # address-space cap per sandbox, 0 = none
 
 
+CLUSTER_BACKENDS = ("local", "ray")
+
+
+@dataclass
+class ClusterConfig:
+    backend: str = "local"            # local: this box's devices; ray: a Ray cluster's
+    address: str = "auto"             # Ray's address: auto | HOST:PORT | ray://HOST:PORT
+
+
 @dataclass
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
@@ -63,6 +72,7 @@ class Config:
     gate: GateConfig = field(default_factory=GateConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +113,7 @@ def parse(text: str, source: str = "kernelab.toml") -> Config:
         if f.name in data:
             setattr(cfg, f.name, _section(type(getattr(cfg, f.name)), f.name, data[f.name], source))
     validate_lock_clocks(cfg.timing.lock_clocks, source)
+    validate_cluster(cfg.cluster, source)
     return cfg
 
 
@@ -110,6 +121,15 @@ def validate_lock_clocks(value: str, source: str = "kernelab.toml") -> None:
     if value in ("off", "base", "max") or value.isdigit():
         return
     raise ConfigError(f"{source}: [timing] lock_clocks must be off, base, max or MHz, got {value!r}")
+
+
+def validate_cluster(cluster: ClusterConfig, source: str = "kernelab.toml") -> None:
+    if cluster.backend not in CLUSTER_BACKENDS:
+        raise ConfigError(f"{source}: [cluster] backend must be one of "
+                          f"{', '.join(CLUSTER_BACKENDS)}, got {cluster.backend!r}")
+    if not cluster.address.strip():
+        raise ConfigError(f"{source}: [cluster] address must be auto, HOST:PORT or "
+                          "ray://HOST:PORT, got ''")
 
 
 def load(path: Path) -> Config:
@@ -154,4 +174,8 @@ lock_clocks = "off"      # off | base | max | <MHz>. Only on a box you own and r
 user = ""                # when run as root, sandboxes run as this user ("" = the same user);
                          # it must be able to read the Python install and use /dev/nvidia*
 memory_gb = 0.0          # address-space limit per sandbox process; 0 = none
+
+[cluster]
+backend = "local"        # "local" (this box's GPUs) or "ray" (a Ray cluster's: docs/cluster.md)
+address = "auto"         # Ray's address when backend = "ray": "auto", "HOST:PORT" or "ray://HOST:PORT"
 """

@@ -162,7 +162,14 @@ CREATE INDEX events_job ON events(job_id, id);
 CREATE INDEX problems_name ON problems(name, revision);
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2]
+# Devices across a cluster's nodes: each device and each job records the node (the host's
+# name locally, Ray's node name under ``[cluster] backend = "ray"``) beside the device id.
+SCHEMA_CLUSTER_NODES = """
+ALTER TABLE devices ADD COLUMN node TEXT;
+ALTER TABLE jobs ADD COLUMN node TEXT;
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_CLUSTER_NODES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
