@@ -45,8 +45,9 @@ RETRY_S = 10.0
 """After an actor failed before it held a device (it could not start there), how long to wait
 before asking Ray for another, so that a node that cannot start one is not asked 5× a second."""
 
-PLACE_S = 120.0
-"""How long the inventory waits for a node's probe (a fresh Ray worker process) to answer."""
+PROBE_S = 60.0
+"""How long the daemon's start waits for the nodes' probes (a fresh Ray worker process each)
+to list their devices; later answers are registered as they come."""
 
 
 class ClusterError(DeviceError):
@@ -70,35 +71,33 @@ def _ray() -> Any:
 # -- what runs on the nodes ---------------------------------------------------------------------
 
 
-def local_device(kind: str, gpu_ids: list[Any]) -> Device:
-    """The device Ray gave this process, as the local scheduler would describe it. Ray's GPU
-    id is a CUDA index (NVML's too when the node runs with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+def gpu_devices(gpu_ids: list[Any]) -> list[Device]:
+    """The GPUs Ray gave this process, as the local scheduler describes them. Ray's GPU id is a
+    CUDA index (NVML's too when the node runs with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
     docs/cluster.md) or, when the node's ``CUDA_VISIBLE_DEVICES`` named UUIDs, a UUID."""
-    if kind == CPU_RESOURCE:
-        return cpu_device()
     from kernelabd.service.devices import _nvml
 
     nvml = _nvml()
-    if nvml is None or not gpu_ids:
-        raise DeviceError(f"Ray gave this actor GPU {gpu_ids} but NVML finds none here")
-    wanted = str(gpu_ids[0])
-    found = nvml_devices(nvml, [])
-    match = next((d for d in found if wanted in (d.uuid, str(d.index))), None)
-    if match is None:
-        raise DeviceError(f"Ray's GPU {wanted!r} is not among NVML's {[d.id for d in found]}")
-    return match
+    found = nvml_devices(nvml, []) if nvml is not None else []
+    out = []
+    for gpu_id in map(str, gpu_ids):
+        match = next((d for d in found if gpu_id in (d.uuid, str(d.index))), None)
+        if match is None:
+            raise DeviceError(f"Ray's GPU {gpu_id!r} is not among NVML's {[d.id for d in found]}")
+        out.append(match)
+    return out
 
 
 def node_devices(kind: str, count: int) -> list[dict[str, Any]]:
-    """Every device of ``kind`` on the node this runs on (the inventory's probe): NVML's GPUs,
-    or ``count`` CPU stand-ins numbered ``cpu:0…``."""
+    """Every device of ``kind`` that Ray offers on the node this runs on (the inventory's
+    probe, which holds them all for a moment): its GPUs, or ``count`` CPU stand-ins
+    numbered ``cpu:0…``."""
+    import ray
+
     if kind == CPU_RESOURCE:
         cpu = cpu_device()
         return [asdict(replace(cpu, id=f"cpu:{j}")) for j in range(count)]
-    from kernelabd.service.devices import _nvml
-
-    nvml = _nvml()
-    return [asdict(d) for d in nvml_devices(nvml, [])] if nvml is not None else []
+    return [asdict(d) for d in gpu_devices(ray.get_gpu_ids())]
 
 
 class WorkerGone(RuntimeError):
@@ -112,7 +111,7 @@ class Evaluator:
     def __init__(self, config: Config, kind: str) -> None:
         import ray
 
-        self.device = local_device(kind, ray.get_gpu_ids())
+        self.device = cpu_device() if kind == CPU_RESOURCE else gpu_devices(ray.get_gpu_ids())[0]
         self.node_id = ray.get_runtime_context().get_node_id()
         # The node's own scratch: job files are written from the store's copy, never shared.
         self.home = Home(Path(tempfile.mkdtemp(prefix="kernelab-node-")))
@@ -144,7 +143,6 @@ class Evaluator:
         if process is not None:
             process.join(1.0)
         return f"exit code {process.exitcode if process is not None else None}"
-
 
 
 # -- the daemon's side --------------------------------------------------------------------------
@@ -183,10 +181,12 @@ class RayScheduler(Scheduler):
         self.kind = self.unit_kind(requested)
         self.names: dict[str, str] = {}         # Ray node id → node name
         self.inventory: dict[str, Device] = {}  # device id → device, every node's
-        self.units = 0
+        self.units = -1                         # devices in the live cluster; -1: not asked yet
         self.next_scan = 0.0
         self.retry_at = 0.0
+        self.probing: dict[Any, str] = {}      # a probe's ObjectRef → its node id
         self.refresh()
+        self.collect_probes(PROBE_S)
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -221,29 +221,44 @@ class RayScheduler(Scheduler):
         alive = [n for n in self.ray.nodes() if n.get("Alive")]
         for n in alive:
             self.names[n["NodeID"]] = n.get("NodeName") or n["NodeID"][:12]
-        self.units = int(sum(n.get("Resources", {}).get(self.kind, 0) for n in alive))
-        probes = {n["NodeID"]: self._probe(n) for n in alive
-                  if n.get("Resources", {}).get(self.kind, 0)
-                  and not any(d.node == self.names[n["NodeID"]] for d in self.inventory.values())}
-        for node_id, ref in probes.items():
-            try:
-                found = self.ray.get(ref, timeout=PLACE_S)
-            except Exception as exc:
-                self.store.event("cluster.probe_failed", f"node {self.names[node_id]}: "
-                                 f"{_one_line(exc)}", level="warning")
-                continue
-            for entry in found:
-                self.register(Device(**entry), self.names[node_id])
-        if not self.units:
+        had, self.units = self.units, int(sum(n.get("Resources", {}).get(self.kind, 0)
+                                              for n in alive))
+        for n in alive:
+            if n.get("Resources", {}).get(self.kind, 0) and n["NodeID"] not in \
+                    self.probing.values() and not any(d.node == self.names[n["NodeID"]]
+                                                      for d in self.inventory.values()):
+                self.probing[self._probe(n)] = n["NodeID"]
+        self.collect_probes(0)
+        if not self.units and had:               # said once, when it becomes (or starts) true
             self.store.event("cluster.empty", f"the Ray cluster at {self.address!r} offers no "
                              f"{self.kind} resource yet; jobs wait", level="warning")
+
+    def collect_probes(self, wait_s: float) -> None:
+        """Register the devices of the nodes whose probes have answered (waiting up to
+        ``wait_s`` for all of them); a probe waits while others hold the node's GPUs."""
+        if not self.probing:
+            return
+        ready, _ = self.ray.wait(list(self.probing), num_returns=len(self.probing),
+                                 timeout=wait_s)
+        for ref in ready:
+            node = self.names[self.probing.pop(ref)]
+            try:
+                found = self.ray.get(ref)
+            except Exception as exc:
+                self.store.event("cluster.probe_failed", f"node {node}: {_one_line(exc)}",
+                                 level="warning")
+                continue
+            for entry in found:
+                self.register(Device(**entry), node)
 
     def _probe(self, node: dict[str, Any]) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        count = int(node["Resources"].get(self.kind, 0))
         probe = self.ray.remote(num_cpus=0)(node_devices).options(
+            num_gpus=count if self.kind == "GPU" else 0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
-        return probe.remote(self.kind, int(node["Resources"].get(self.kind, 0)))
+        return probe.remote(self.kind, count)
 
     def register(self, device: Device, node: str) -> Device:
         """Record a node's device under ``NODE/ID`` (ids repeat across nodes), with its node."""
