@@ -45,6 +45,9 @@ RETRY_S = 10.0
 """After an actor failed before it held a device (it could not start there), how long to wait
 before asking Ray for another, so that a node that cannot start one is not asked 5× a second."""
 
+CONNECT_S = 5.0
+"""How long the daemon's start waits for a TCP answer from an explicit Ray address."""
+
 PROBE_S = 60.0
 """How long the daemon's start waits for the nodes' probes (a fresh Ray worker process each)
 to list their devices; later answers are registered as they come."""
@@ -193,6 +196,7 @@ class RayScheduler(Scheduler):
     def connect(self) -> None:
         """Join the cluster as its driver, keeping the daemon's own SIGTERM/SIGINT handlers
         (``ray.init`` installs ones that exit at once, skipping the clean shutdown)."""
+        self.check_reachable()
         kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.ray.init(address=self.address, log_to_driver=False, logging_level="warning",
@@ -203,6 +207,21 @@ class RayScheduler(Scheduler):
         finally:
             for sig, handler in kept.items():
                 signal.signal(sig, handler)
+
+    def check_reachable(self) -> None:
+        """Refuse an explicit address nothing listens on, at once: ``ray.init`` would retry
+        it for minutes before giving up."""
+        if self.address == "auto":
+            return
+        host, _, port = self.address.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit():
+            raise ClusterError(f"[cluster] address {self.address!r}: expected auto, HOST:PORT "
+                               "or ray://HOST:PORT")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
+        except OSError as exc:
+            raise ClusterError(f"[cluster] address {self.address!r}: no Ray head answers "
+                               f"there ({_one_line(exc)})") from exc
 
     def unit_kind(self, requested: str | None) -> str:
         """``GPU`` or the CPU stand-in, chosen as ``discover`` chooses locally: ``--device``

@@ -15,8 +15,6 @@ from tests.service.test_daemon import SOFTMAX, evaluating
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
-pytestmark = pytest.mark.slow
-
 
 def cpu_node(cluster: Any, name: str) -> Any:
     """A worker node with one CPU device for kernelab (and a core for its worker process)."""
@@ -54,6 +52,19 @@ def ended(kit) -> dict[str, Any] | None:
     return job if job and job["state"] not in ("queued", "running") else None
 
 
+def test_a_cluster_nobody_answers_at_is_a_one_line_error_naming_the_setting(kit):
+    kit.home.config.write_text('[cluster]\nbackend = "ray"\naddress = "127.0.0.1:9"\n')
+    out = kit.cli("daemon", "--device", "cpu", check=False, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("kernelab daemon: [cluster] address '127.0.0.1:9': no Ray head "
+                                  "answers there (ConnectionRefusedError: [Errno 111] Connection "
+                                  "refused)")
+    kit.home.config.write_text('[cluster]\nbackend = "slurm"\n')
+    out = kit.cli("daemon", "--device", "cpu", check=False, timeout=60)
+    assert out.returncode == 2 and "[cluster] backend must be one of local, ray" in out.stderr
+
+
+@pytest.mark.slow
 def test_a_job_runs_to_done_on_a_worker_node_and_says_which(kit, cluster):
     use_cluster(kit, cluster, max_candidates=1)
     daemon = kit.daemon()
@@ -72,6 +83,7 @@ def test_a_job_runs_to_done_on_a_worker_node_and_says_which(kit, cluster):
     assert daemon.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_node_killed_mid_job_loses_nothing_and_the_job_ends_done_elsewhere(kit, cluster):
     use_cluster(kit, cluster, max_candidates=3)
     daemon = kit.daemon()
