@@ -8,8 +8,9 @@ Run from the repository root on a machine with two or more CUDA GPUs, with Ray i
 It starts a local Ray cluster (a head without GPUs and two worker nodes pinned to GPU 0 and
 GPU 1 with ``CUDA_VISIBLE_DEVICES``), submits four examples, runs ``kernelab daemon --once``
 with ``[cluster] backend = "ray"`` and polls ``kernelab status --json``. Its last lines are a
-table: each job's state, node, device and best speedup, the devices with their nodes, and
-how many jobs ran at once (2 expected: one per GPU).
+table: each job's state, node, device and best speedup, how many jobs ran at once (2
+expected: one per GPU), and the devices with their nodes and last NVML sample (sampled on
+their own node; not null expected).
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ def main() -> None:
         print(f"{j['id']:>4} {j['problem']:<14} {j['state']:<9} {j['node'] or '—':<6} "
               f"{j['device'] or '—':<12} {speedup:>8}")
     for d in snap["devices"]:
-        print(f"device {d['id']:<12} node {d['node']:<6} {d['name']}")
+        sample = d["sample"] or {}
+        print(f"device {d['id']:<12} node {d['node']:<6} {d['name']}  last NVML sample: "
+              f"SM {sample.get('sm_clock_mhz')} MHz, {sample.get('temperature_c')} °C, "
+              f"{sample.get('power_w')} W")
 
 
 if __name__ == "__main__":

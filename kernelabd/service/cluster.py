@@ -103,6 +103,16 @@ def node_devices(kind: str, count: int) -> list[dict[str, Any]]:
     return [asdict(d) for d in gpu_devices(ray.get_gpu_ids())]
 
 
+def node_samples(indices: list[int]) -> list[dict[str, Any]]:
+    """NVML samples of this node's GPUs (by NVML index), for the head's ``gpu_samples``."""
+    from kernelabd.service.devices import _nvml, sample
+
+    nvml = _nvml()
+    now = time.time()
+    return [] if nvml is None else [sample(nvml, Device(id=f"cuda:{i}", name="", index=i), now)
+                                    for i in indices]
+
+
 class WorkerGone(RuntimeError):
     """The worker process inside an actor ended (a crash of its own, not a node loss)."""
 
@@ -183,11 +193,14 @@ class RayScheduler(Scheduler):
         self.connect()
         self.kind = self.unit_kind(requested)
         self.names: dict[str, str] = {}         # Ray node id → node name
+        self.alive: list[str] = []              # Ray node ids alive at the last refresh
         self.inventory: dict[str, Device] = {}  # device id → device, every node's
         self.units = -1                         # devices in the live cluster; -1: not asked yet
         self.next_scan = 0.0
         self.retry_at = 0.0
         self.probing: dict[Any, str] = {}      # a probe's ObjectRef → its node id
+        self.sampling: dict[Any, str] = {}     # a sampling task's ObjectRef → its node name
+        self.next_sample = 0.0
         self.refresh()
         self.collect_probes(PROBE_S)
 
@@ -240,6 +253,7 @@ class RayScheduler(Scheduler):
         alive = [n for n in self.ray.nodes() if n.get("Alive")]
         for n in alive:
             self.names[n["NodeID"]] = n.get("NodeName") or n["NodeID"][:12]
+        self.alive = [n["NodeID"] for n in alive]
         had, self.units = self.units, int(sum(n.get("Resources", {}).get(self.kind, 0)
                                               for n in alive))
         for n in alive:
@@ -289,11 +303,36 @@ class RayScheduler(Scheduler):
 
     # -- scheduling ----------------------------------------------------------------------------
 
+    def sample(self) -> None:
+        """Every ``gpu_sample_s``, each GPU node samples its GPUs through NVML (as the daemon
+        does locally), so that the TUI shows every node's utilisation, clocks and power."""
+        done = self.ray.wait(list(self.sampling), num_returns=len(self.sampling),
+                             timeout=0)[0] if self.sampling else []
+        for ref in done:
+            node = self.sampling.pop(ref)
+            with contextlib.suppress(Exception):  # a node gone meanwhile: its samples end
+                self.store.add_gpu_samples([{**row, "device_id": f"{node}/{row['device_id']}"}
+                                            for row in self.ray.get(ref)])
+        if self.kind != "GPU" or time.monotonic() < self.next_sample:
+            return
+        self.next_sample = time.monotonic() + self.config.daemon.gpu_sample_s
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        for node_id in self.alive:
+            node = self.names[node_id]
+            indices = [d.index for d in self.inventory.values()
+                       if d.node == node and d.index is not None]
+            if indices and node not in self.sampling.values():
+                task = self.ray.remote(num_cpus=0)(node_samples).options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                self.sampling[task.remote(indices)] = node
+
     def schedule(self) -> None:
         """Give every placed idle actor the best queued job, then ask Ray for as many more
         actors as queued jobs remain, up to the cluster's device count."""
         if time.monotonic() >= self.next_scan:
             self.refresh()
+        self.sample()
         for worker in self.workers:
             if worker.device is None or worker.job_id is not None or worker.pending is not None:
                 continue
