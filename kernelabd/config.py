@@ -77,6 +77,13 @@ class AgentConfig:
     max_proposals: int = 20           # budget per job: answers asked for
     max_total_tokens: int = 0         # budget per job: tokens in + out, 0 = none
     max_minutes: float = 0.0          # budget per job: wall time waiting on it, 0 = none
+CLUSTER_BACKENDS = ("local", "ray")
+
+
+@dataclass
+class ClusterConfig:
+    backend: str = "local"            # local: this box's devices; ray: a Ray cluster's
+    address: str = "auto"             # Ray's address: auto | HOST:PORT | ray://HOST:PORT
 
 
 @dataclass
@@ -87,6 +94,7 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     agents: dict[str, AgentConfig] = field(default_factory=dict)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +136,7 @@ def parse(text: str, source: str = "kernelab.toml") -> Config:
         if f.name in data:
             setattr(cfg, f.name, _section(type(getattr(cfg, f.name)), f.name, data[f.name], source))
     validate_lock_clocks(cfg.timing.lock_clocks, source)
+    validate_cluster(cfg.cluster, source)
     return cfg
 
 
@@ -159,6 +168,15 @@ def validate_lock_clocks(value: str, source: str = "kernelab.toml") -> None:
     if value in ("off", "base", "max") or value.isdigit():
         return
     raise ConfigError(f"{source}: [timing] lock_clocks must be off, base, max or MHz, got {value!r}")
+
+
+def validate_cluster(cluster: ClusterConfig, source: str = "kernelab.toml") -> None:
+    if cluster.backend not in CLUSTER_BACKENDS:
+        raise ConfigError(f"{source}: [cluster] backend must be one of "
+                          f"{', '.join(CLUSTER_BACKENDS)}, got {cluster.backend!r}")
+    if not cluster.address.strip():
+        raise ConfigError(f"{source}: [cluster] address must be auto, HOST:PORT or "
+                          "ray://HOST:PORT, got ''")
 
 
 def load(path: Path) -> Config:
@@ -218,4 +236,7 @@ memory_gb = 0.0          # address-space limit per sandbox process; 0 = none
 # kind = "command"                       # a coding agent run non-interactively
 # command = ["my-agent", "--prompt-file", "{prompt}", "--workdir", "{workdir}"]
 # timeout_s = 600
+[cluster]
+backend = "local"        # "local" (this box's GPUs) or "ray" (a Ray cluster's: docs/cluster.md)
+address = "auto"         # Ray's address when backend = "ray": "auto", "HOST:PORT" or "ray://HOST:PORT"
 """

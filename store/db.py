@@ -185,7 +185,14 @@ CREATE INDEX agent_exchanges_candidate ON agent_exchanges(candidate_id);
 CREATE INDEX agent_exchanges_job ON agent_exchanges(job_id, id);
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES]
+# Devices across a cluster's nodes: each device and each job records the node (the host's
+# name locally, Ray's node name under ``[cluster] backend = "ray"``) beside the device id.
+SCHEMA_CLUSTER_NODES = """
+ALTER TABLE devices ADD COLUMN node TEXT;
+ALTER TABLE jobs ADD COLUMN node TEXT;
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES, SCHEMA_CLUSTER_NODES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

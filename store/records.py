@@ -145,12 +145,15 @@ class Store:
             self.conn.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
     def start_job(self, job_id: int, device: str) -> None:
+        """Mark a job running on ``device``; its node is the device row's (one fact, one
+        place), so every scheduler records it alike."""
         now = time.time()
         with self.conn:
             self.conn.execute(
-                "UPDATE jobs SET state = 'running', device = ?, error = NULL, "
+                "UPDATE jobs SET state = 'running', device = ?, "
+                "node = (SELECT node FROM devices WHERE id = ?), error = NULL, "
                 "started_at = COALESCE(started_at, ?), finished_at = NULL, updated_at = ? "
-                "WHERE id = ?", (device, now, now, job_id))
+                "WHERE id = ?", (device, device, now, now, job_id))
 
     def end_job(self, job_id: int, state: str, *, stop_reason: str | None = None,
                 error: str | None = None) -> None:
@@ -250,14 +253,14 @@ class Store:
     # -- devices, samples, heartbeat ---------------------------------------------------------
 
     def upsert_device(self, device_id: str, name: str, *, uuid: str | None = None,
-                      memory_total_mb: float | None = None) -> None:
+                      memory_total_mb: float | None = None, node: str | None = None) -> None:
         with self.conn:
             self.conn.execute(
-                "INSERT INTO devices (id, name, uuid, memory_total_mb, updated_at) "
-                "VALUES (?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET name = excluded.name, "
+                "INSERT INTO devices (id, name, uuid, memory_total_mb, node, updated_at) "
+                "VALUES (?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET name = excluded.name, "
                 "uuid = excluded.uuid, memory_total_mb = excluded.memory_total_mb, "
-                "updated_at = excluded.updated_at",
-                (device_id, name, uuid, memory_total_mb, time.time()))
+                "node = excluded.node, updated_at = excluded.updated_at",
+                (device_id, name, uuid, memory_total_mb, node, time.time()))
 
     def device_ceilings(self, device_id: str) -> dict[str, Any] | None:
         """The measured ceilings of a registered device, or None (not measured, no such row)."""

@@ -14,7 +14,7 @@ from typing import Any
 from store.home import Home
 
 JOBS_SQL = """
-SELECT j.id, p.name, p.revision, j.kind, j.state, j.device, j.priority, j.error, j.stop_reason,
+SELECT j.id, p.name, p.revision, j.kind, j.state, j.device, j.node, j.priority, j.error, j.stop_reason,
        j.reference_ms, j.best_candidate_id, j.created_at, j.started_at, j.finished_at,
        COUNT(c.id) AS candidates,
        SUM(CASE WHEN c.verdict IN ('fail', 'error') THEN 1 ELSE 0 END) AS gate_failures,
@@ -62,7 +62,7 @@ def jobs(conn: sqlite3.Connection, home: Home) -> list[dict[str, Any]]:
             "gate_failures": r["gate_failures"] or 0, "accepted": r["accepted"] or 0,
             "best_speedup": gains.get(r["id"]) if r["best_candidate_id"] else None,
             "best_file": best_file, "revision": r["revision"], "kind": r["kind"],
-            "device": r["device"], "priority": r["priority"], "stop_reason": r["stop_reason"],
+            "device": r["device"], "node": r["node"], "priority": r["priority"], "stop_reason": r["stop_reason"],
             "reference_ms": r["reference_ms"], "best_ms": r["best_ms"],
             "created_at": r["created_at"], "started_at": r["started_at"],
             "finished_at": r["finished_at"],
@@ -78,7 +78,7 @@ def devices(conn: sqlite3.Connection) -> list[dict[str, Any]]:
                               "LIMIT 1", (d["id"],)).fetchone()
         running = conn.execute("SELECT id FROM jobs WHERE state = 'running' AND device = ?",
                                (d["id"],)).fetchone()
-        entry = {"id": d["id"], "name": d["name"], "uuid": d["uuid"],
+        entry = {"id": d["id"], "node": d["node"], "name": d["name"], "uuid": d["uuid"],
                  "memory_total_mb": d["memory_total_mb"],
                  "ceilings": json.loads(d["ceilings"]) if d["ceilings"] else None,
                  "job": running[0] if running else None, "sample": None}

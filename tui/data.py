@@ -88,6 +88,15 @@ class Device:
     name: str
     memory_total_mb: float | None
     samples: tuple[DeviceSample, ...]
+    node: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The id, with the node it is attached to unless the id names it (a Ray cluster's
+        ``NODE/cuda:N``)."""
+        if self.node and not self.id.startswith(f"{self.node}/"):
+            return f"{self.id} @ {self.node}"
+        return self.id
 
     @property
     def latest(self) -> DeviceSample | None:
@@ -297,14 +306,14 @@ def load_daemon(conn: sqlite3.Connection) -> DaemonInfo | None:
 
 def load_devices(conn: sqlite3.Connection, history: int = DEVICE_HISTORY) -> tuple[Device, ...]:
     devices = []
-    for row in conn.execute("SELECT id, name, memory_total_mb FROM devices ORDER BY id"):
+    for row in conn.execute("SELECT id, name, memory_total_mb, node FROM devices ORDER BY id"):
         samples = conn.execute(
             "SELECT ts, util_pct, sm_clock_mhz, temperature_c, power_w, mem_used_mb, "
             "mem_total_mb, clock_reasons FROM gpu_samples WHERE device_id = ? "
             "ORDER BY ts DESC LIMIT ?", (row["id"], history)).fetchall()
         devices.append(Device(
             id=row["id"], name=row["name"], memory_total_mb=_num(row["memory_total_mb"]),
-            samples=tuple(DeviceSample(**dict(s)) for s in reversed(samples))))
+            node=row["node"], samples=tuple(DeviceSample(**dict(s)) for s in reversed(samples))))
     return tuple(devices)
 
 

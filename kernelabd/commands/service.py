@@ -467,4 +467,13 @@ user = ""
 # Address-space limit per sandbox process in GiB; 0 = none. CUDA reserves large virtual
 # ranges, so set it generously (tens of GiB) if at all.
 memory_gb = 0.0
+
+[cluster]
+# "local": this box's GPUs (default). "ray": evaluations run on a Ray cluster's GPUs, one
+# actor per running job, while this daemon (on the head) keeps the inbox, the database and
+# the TUI; needs pip install 'kernelab[ray]' on every node (docs/cluster.md).
+backend = "local"
+# Ray's address when backend = "ray": "auto" (the cluster this node belongs to, started with
+# ray start), "HOST:PORT" (the head's GCS) or "ray://HOST:PORT" (Ray Client).
+address = "auto"
 """

@@ -96,9 +96,7 @@ class Daemon:
         signal.signal(signal.SIGINT, self.on_signal)
         conn = connect(self.home.db)
         store = Store(conn)
-        self.devices, self.nvml = discover(self.options.device, self.config.daemon.gpus)
-        for d in self.devices:
-            store.upsert_device(d.id, d.name, uuid=d.uuid, memory_total_mb=d.memory_total_mb)
+        scheduler = self.scheduler(store)
         for job_id in store.recover(keep=foreground_jobs(conn)):
             store.event("job.resumed", "was running when the daemon stopped; queued again",
                         job_id=job_id)
@@ -106,8 +104,6 @@ class Daemon:
                       rescan_s=self.config.daemon.rescan_s,
                       polling=self.config.daemon.polling_observer)
         inbox.start()
-        scheduler = Scheduler(self.devices, store, LocalRecorder(store, self.home), self.config,
-                              self.home)
         store.event("daemon.started", f"pid {os.getpid()}, devices "
                     f"{', '.join(d.id for d in self.devices)}, home {self.home.root}, "
                     f"sqlite {sqlite3.sqlite_version}")
@@ -124,6 +120,22 @@ class Daemon:
             store.event("daemon.stopped", "clean shutdown")
             conn.close()
         return 0
+
+    def scheduler(self, store: Store) -> Scheduler:
+        """This box's devices (``[cluster] backend = "local"``) or a Ray cluster's."""
+        recorder = LocalRecorder(store, self.home)
+        if self.config.cluster.backend == "ray":
+            from kernelabd.service.cluster import RayScheduler
+
+            ray_scheduler = RayScheduler(store, recorder, self.config, self.home,
+                                         self.options.device)
+            self.devices = list(ray_scheduler.inventory.values())
+            return ray_scheduler
+        self.devices, self.nvml = discover(self.options.device, self.config.daemon.gpus)
+        for d in self.devices:
+            store.upsert_device(d.id, d.name, uuid=d.uuid, memory_total_mb=d.memory_total_mb,
+                                node=socket.gethostname())
+        return Scheduler(self.devices, store, recorder, self.config, self.home)
 
     # -- the loop -----------------------------------------------------------------------------
 

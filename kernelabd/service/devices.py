@@ -18,11 +18,12 @@ class DeviceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Device:
-    id: str                       # cpu | cuda:N (N = NVML index)
+    id: str                       # cpu | cuda:N (N = NVML index); NODE/… on a Ray cluster
     name: str
     uuid: str | None = None
     memory_total_mb: float | None = None
     index: int | None = None
+    node: str | None = None       # the host (locally) or Ray node name it is attached to
 
     @property
     def check_device(self) -> str:

@@ -60,7 +60,7 @@ def build_report(job: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[
     return {
         "job": job["id"], "problem": f"{job['problem_name']}.py", "revision": job["revision"],
         "kind": job["kind"], "state": job["state"], "stop_reason": job["stop_reason"],
-        "error": job["error"], "device": job["device"],
+        "error": job["error"], "device": job["device"], "node": job.get("node"),
         "reference_ms": job["reference_ms"], "reference_noise": job["reference_noise"],
         "speed_of_light": _speed_of_light(job),
         "best": None if best is None else {
@@ -105,7 +105,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# {report['problem']} (revision {report['revision']}, job {report['job']})", "",
              f"- State: **{report['state']}**" + (f" — {report['stop_reason']}"
                                                    if report["stop_reason"] else ""),
-             f"- Device: {report['device'] or '—'}",
+             f"- Device: {report['device'] or '—'}"
+             + (f" on node {report['node']}" if report.get("node") else ""),
              f"- Reference: {_fmt(report['reference_ms'])} ms "
              f"(A/A noise {_fmt(report['reference_noise'], '.2%')})"]
     sol = report["speed_of_light"]

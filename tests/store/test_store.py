@@ -141,3 +141,13 @@ def test_a_file_whose_schema_is_still_being_created_reads_as_no_database(tmp_pat
                           str(path.parent)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"jobs": [], "devices": []}
+
+
+def test_a_job_records_the_node_of_the_device_it_starts_on(tmp_path, store):
+    store.upsert_device("gpubox2/cuda:0", "NVIDIA H200", node="gpubox2")
+    _, jid = store.add_problem(NewProblem("p", "/x", REF))
+    store.start_job(jid, "gpubox2/cuda:0")
+    snap = snapshot(store.conn, Home(tmp_path))
+    (job,), (device,) = snap["jobs"], snap["devices"]
+    assert (job["node"], job["device"]) == ("gpubox2", "gpubox2/cuda:0")
+    assert (device["id"], device["node"], device["job"]) == ("gpubox2/cuda:0", "gpubox2", jid)

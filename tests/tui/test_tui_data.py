@@ -113,3 +113,16 @@ def test_controls_are_off_when_the_database_is_not_writable(db_path: Path) -> No
         assert not data.controls_available(db_path)
     finally:
         db_path.chmod(0o644)
+
+
+def test_devices_show_their_node_unless_the_id_names_it(tmp_path: Path) -> None:
+    path = tuidb.build(tmp_path / "kernelab.db")
+    conn = connect(path)
+    with conn:
+        conn.execute("UPDATE devices SET node = 'gpubox' WHERE id = 'cuda:0'")
+        conn.execute("INSERT INTO devices (id, name, node, updated_at) "
+                     "VALUES ('gpubox2/cuda:0', 'NVIDIA H200', 'gpubox2', 0)")
+    conn.close()
+    devices = data.load_devices(connect(path, readonly=True))
+    assert [d.label for d in devices] == ["cuda:0 @ gpubox", "cuda:1", "gpubox2/cuda:0"]
+    assert devices[2].node == "gpubox2"

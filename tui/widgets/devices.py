@@ -72,7 +72,7 @@ class DeviceRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         name = self.device.name.removeprefix("NVIDIA ")
-        yield Static(f"[b]{self.device.id}[/b]\n{name}", classes="device-name", markup=True)
+        yield Static(f"[b]{self.device.label}[/b]\n{name}", classes="device-name", markup=True)
         for metric in METRICS:
             yield MetricCell(metric)
 
