@@ -468,6 +468,21 @@ user = ""
 # ranges, so set it generously (tens of GiB) if at all.
 memory_gb = 0.0
 
+# Agents as proposers (README.md, "Agents"): name one in [jobs] proposers as "agents.NAME",
+# or per job with `kernelab port REF --proposer agents.NAME` (every key: docs/service.md).
+# [agents.local]
+# kind = "openai"                        # any OpenAI-compatible /v1/chat/completions endpoint
+# base_url = "http://127.0.0.1:8000/v1"
+# model = "qwen2.5-coder-32b"
+# api_key_env = "OPENAI_API_KEY"         # optional: the NAME of the variable, never the key
+# max_tokens = 8192
+# timeout_s = 300
+#
+# [agents.cli]
+# kind = "command"                       # a coding agent run non-interactively
+# command = ["my-agent", "--prompt-file", "{prompt}", "--workdir", "{workdir}"]
+# timeout_s = 600
+
 [cluster]
 # "local": this box's GPUs (default). "ray": evaluations run on a Ray cluster's GPUs, one
 # actor per running job, while this daemon (on the head) keeps the inbox, the database and
