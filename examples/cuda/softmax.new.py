@@ -1,45 +1,6 @@
 """CUDA C++ row softmax: one block per row, one pass for the running max and sum (merged across
-threads with warp shuffles), one pass to write. Needs only torch and cuda-python."""
-
-import ctypes
-
-import torch
-import torch.nn as nn
-
-TUNABLES = {"BLOCK": [128, 256, 512, 1024]}
-BLOCK = 256
-
-CUDA_SOURCE = r"""
-#define NEG_INF __int_as_float(0xff800000)
-
-// Merge two (max, sum of exp(x - max)) pairs.
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    float mx = fmaxf(m, m2);
-    float a = (m == NEG_INF) ? 0.f : s * expf(m - mx);
-    float b = (m2 == NEG_INF) ? 0.f : s2 * expf(m2 - mx);
-    m = mx;
-    s = a + b;
-}
-
-extern "C" __global__ void __launch_bounds__(BLOCK)
-softmax_kernel(float* __restrict__ out, const float* __restrict__ in, int n_cols,
-               long long in_stride, long long out_stride) {
-    const float* x = in + blockIdx.x * in_stride;
-    float* y = out + blockIdx.x * out_stride;
-    float m = NEG_INF, s = 0.f;
-    for (int c = threadIdx.x; c < n_cols; c += BLOCK) merge(m, s, x[c], 1.f);
-    for (int off = 16; off > 0; off >>= 1)
-        merge(m, s, __shfl_xor_sync(0xffffffff, m, off), __shfl_xor_sync(0xffffffff, s, off));
-    __shared__ float wm[BLOCK / 32], ws[BLOCK / 32];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) { wm[warp] = m; ws[warp] = s; }
-    __syncthreads();
-    m = NEG_INF; s = 0.f;
-    for (int w = 0; w < BLOCK / 32; ++w) merge(m, s, wm[w], ws[w]);
-    float inv = 1.f / s;
-    for (int c = threadIdx.x; c < n_cols; c += BLOCK) y[c] = expf(x[c] - m) * inv;
-}
-"""
+threads with warp shuffles), one pass to write. Needs only torch and cuda-python: the file
+carries its loader."""
 
 # ---- kernelab CUDA loader: torch + cuda-python only (kernelabd/cudalang/loader.py) ----
 import ctypes
@@ -84,7 +45,10 @@ def cache_key(source: str, options: Any, arch: str) -> str:
     from cuda.bindings import driver, nvrtc
 
     _, major, minor = nvrtc.nvrtcVersion()
-    _, drv = driver.cuDriverGetVersion()
+    try:
+        _, drv = driver.cuDriverGetVersion()
+    except Exception:  # no driver on this machine (compiling only): nothing can load it here
+        drv = "none"
     text = "\0".join([source, repr(options.as_bytes("nvrtc")), arch, f"{major}.{minor}", str(drv)])
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -163,6 +127,44 @@ class CudaProgram:
         config = LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes)
         launch(torch.cuda.current_stream(device), config, kernel, *kernel_args(args))
 # ---- end of the kernelab CUDA loader ----
+
+import torch.nn as nn
+
+TUNABLES = {"BLOCK": [128, 256, 512, 1024]}
+BLOCK = 256
+
+CUDA_SOURCE = r"""
+#define NEG_INF __int_as_float(0xff800000)
+
+// Merge two (max, sum of exp(x - max)) pairs.
+__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
+    float mx = fmaxf(m, m2);
+    float a = (m == NEG_INF) ? 0.f : s * expf(m - mx);
+    float b = (m2 == NEG_INF) ? 0.f : s2 * expf(m2 - mx);
+    m = mx;
+    s = a + b;
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+softmax_kernel(float* __restrict__ out, const float* __restrict__ in, int n_cols,
+               long long in_stride, long long out_stride) {
+    const float* x = in + blockIdx.x * in_stride;
+    float* y = out + blockIdx.x * out_stride;
+    float m = NEG_INF, s = 0.f;
+    for (int c = threadIdx.x; c < n_cols; c += BLOCK) merge(m, s, x[c], 1.f);
+    for (int off = 16; off > 0; off >>= 1)
+        merge(m, s, __shfl_xor_sync(0xffffffff, m, off), __shfl_xor_sync(0xffffffff, s, off));
+    __shared__ float wm[BLOCK / 32], ws[BLOCK / 32];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) { wm[warp] = m; ws[warp] = s; }
+    __syncthreads();
+    m = NEG_INF; s = 0.f;
+    for (int w = 0; w < BLOCK / 32; ++w) merge(m, s, wm[w], ws[w]);
+    float inv = 1.f / s;
+    for (int c = threadIdx.x; c < n_cols; c += BLOCK) y[c] = expf(x[c] - m) * inv;
+}
+"""
+
 
 PROGRAM = CudaProgram(CUDA_SOURCE, {"BLOCK": BLOCK})
 

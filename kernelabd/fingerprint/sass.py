@@ -81,13 +81,18 @@ def resource_usage(cubin: Path) -> dict[str, dict[str, int]]:
     return found
 
 
-def ptxas_spills(ptxas_log: str) -> dict[str, tuple[int, int]]:
-    """(spill store bytes, spill load bytes) of each entry, from ``ptxas -v``'s report."""
-    found = {}
-    for name, stores, loads in re.findall(
-            r"Function properties for (\S+)\s*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
-            r"(\d+) bytes spill loads", ptxas_log):
-        found[name] = (int(stores), int(loads))
+def ptxas_figures(ptxas_log: str) -> dict[str, dict[str, int]]:
+    """Spill store and load bytes and static shared memory of each entry, from ``ptxas -v``'s
+    report (cuobjdump's SHARED also counts the 1 KiB the system reserves per block)."""
+    found: dict[str, dict[str, int]] = {}
+    for block in re.split(r"Compiling entry function ", ptxas_log)[1:]:
+        name = block.split("'")[1]
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block)
+        smem = re.search(r"Used \d+ registers.*?(\d+) bytes smem", block)
+        if spill is None:
+            raise RuntimeError(f"ptxas reported no spill figures for {name}")
+        found[name] = {"spills": int(spill.group(1)), "spill_loads": int(spill.group(2)),
+                       "smem": int(smem.group(1)) if smem else 0}
     return found
 
 
@@ -113,14 +118,17 @@ def fingerprints(cubin: bytes, ptx: str, ptxas_log: str, arch: str,
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
         codes, usage = functions_sass(path), resource_usage(path)
-    spilled = ptxas_spills(ptxas_log)
+    reported = ptxas_figures(ptxas_log)
     kernels = []
     for name, sass in codes.items():
         use = usage.get(name, {})
-        static = use.get("SHARED", 0)
-        stores, loads = spilled.get(name, (0, 0))
+        if name not in reported:
+            raise RuntimeError(f"ptxas reported nothing for kernel {name}")
+        figures = reported[name]
+        static = figures["smem"]
         kernels.append(KernelPrint(
-            name=name, arch=arch, registers=use.get("REG", 0), spills=stores, spill_loads=loads,
+            name=name, arch=arch, registers=use.get("REG", 0), spills=figures["spills"],
+            spill_loads=figures["spill_loads"],
             local_bytes=use.get("STACK", 0) + use.get("LOCAL", 0),
             shared_bytes=static + (dynamic_shared or {}).get(name, 0), static_shared_bytes=static,
             launch=dict((launch or {}).get(name, {})), instructions=instruction_mix(sass),
