@@ -162,7 +162,20 @@ CREATE INDEX events_job ON events(job_id, id);
 CREATE INDEX problems_name ON problems(name, revision);
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2]
+# Machine-code fingerprints of candidates (``store.fingerprints``): the kernels' figures as JSON,
+# their PTX and SASS as zlib-compressed JSON, or why none could be made.
+SCHEMA_FINGERPRINTS = """
+CREATE TABLE fingerprints (
+    candidate_id  INTEGER PRIMARY KEY REFERENCES candidates(id),
+    arch          TEXT,                      -- sm_90
+    kernels       TEXT NOT NULL,             -- JSON {"kernels": [...]}, as kernelab fingerprint --json
+    code          BLOB,                      -- zlib(JSON [{"name", "ptx", "sass"}])
+    error         TEXT,                      -- one line when none could be made
+    created_at    REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_FINGERPRINTS]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -67,10 +67,13 @@ def compile_cubin(source: str, arch: str, defines: dict[str, Any]) -> bytes:
         if type(exc).__name__ != "NVRTCError":
             raise
         raise CompileError(str(exc).partition("compilation log:")[2] or str(exc)) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_bytes(cubin)
-    partial.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(cubin)
+        partial.replace(path)
+    except OSError:   # a read-only cache only costs the next process a compile
+        pass
     return cubin
 
 

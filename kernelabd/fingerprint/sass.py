@@ -20,6 +20,7 @@ ARITHMETIC = ("FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2", "DFMA", "MUFU",
 WIDTHS = {"U8": 8, "S8": 8, "8": 8, "U16": 16, "S16": 16, "16": 16, "64": 64, "128": 128}
 TIMEOUT_S = 120
 
+_ENCODING = re.compile(r"/\* 0x[0-9a-f]{16} \*/")   # cuobjdump's hex column: kept out of storage
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
 
 
@@ -68,6 +69,7 @@ def instruction_mix(sass: str) -> dict[str, int]:
 def functions_sass(cubin: Path) -> dict[str, str]:
     """Each function's SASS, by name, from ``cuobjdump -sass``."""
     text = _run([tool("cuobjdump"), "-sass", str(cubin)])
+    text = "\n".join(line.rstrip() for line in _ENCODING.sub("", text).splitlines() if line.strip())
     parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 

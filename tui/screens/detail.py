@@ -16,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
+from store import fingerprints
 from tui.data import (
     Block,
     Candidate,
@@ -33,7 +34,9 @@ from tui.widgets.queue import VIM_BINDINGS
 from tui.widgets.status import StatusBar
 from tui.widgets.timing import TimingHistogram
 
-TABS = ("source", "diff", "timing", "clock", "gate")
+TABS = ("source", "diff", "timing", "clock", "gate", "machine")
+NO_FINGERPRINT = ("(no fingerprint: candidates get one when evaluated on a GPU; "
+                  "`kernelab fingerprint FILE --arch sm_90` makes one without)")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class CandidateView:
     diff: str
     blocks: tuple[Block, ...]
     lineage: tuple[Candidate, ...]
+    machine: str = NO_FINGERPRINT
 
 
 def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
@@ -60,7 +64,22 @@ def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
         lineage.append(by_id[lineage[-1].parent_id])  # type: ignore[index]
     return CandidateView(candidate=cand, source=source,
                          diff=parent_diff(parent_source, source, cand.parent_id, cand.id),
-                         blocks=load_blocks(conn, cand.id), lineage=tuple(lineage))
+                         blocks=load_blocks(conn, cand.id), lineage=tuple(lineage),
+                         machine=machine_text(conn, cand))
+
+
+def machine_text(conn: sqlite3.Connection, cand: Candidate) -> str:
+    """The candidate's kernels beside its parent's (differences marked), or alone."""
+    try:
+        mine = fingerprints.load(conn, cand.id)
+        parent = fingerprints.load(conn, cand.parent_id) if cand.parent_id else None
+    except sqlite3.OperationalError:   # a database from before fingerprints were kept
+        return NO_FINGERPRINT
+    if mine is None:
+        return NO_FINGERPRINT
+    if parent is None:
+        return fingerprints.render(mine)
+    return fingerprints.render_pair(parent, mine, f"#{cand.parent_id} (parent)", f"#{cand.id}")
 
 
 def verdict_text(cand: Candidate) -> Text:
@@ -164,6 +183,8 @@ class JobDetail(JobControls):
                         yield DataTable(id="blocks", cursor_type="row")
                     with TabPane("5 gate", id="gate"), VerticalScroll():
                         yield Static("", id="gate-text")
+                    with TabPane("6 machine", id="machine"), VerticalScroll():
+                        yield Static("", id="machine-text")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -245,6 +266,7 @@ class JobDetail(JobControls):
                            f"{b.power_w:.0f}" if b.power_w is not None else "–",
                            "yes" if b.throttled else "no")
         self.query_one("#gate-text", Static).update(gate_text(cand))
+        self.query_one("#machine-text", Static).update(Text(view.machine))
 
     @on(DataTable.RowHighlighted, "#candidates")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -23,7 +23,7 @@ HELP = """\
   s            sort: state, priority, id, name, speedup
 
 [b]Job detail[/b]
-  1 2 3 4 5    source, diff vs parent, timing, clock, gate
+  1 2 3 4 5 6  source, diff vs parent, timing, clock, gate, machine code
   h  escape    back to the dashboard
 
 [b]Controls[/b] (written to the commands table; the daemon applies them)

@@ -739,11 +739,27 @@ def _first_error(log: str) -> str:
     return next((line.strip() for line in log.splitlines() if "error" in line), "see the log")
 
 
+def machine_fingerprint(msg: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprinting sandbox's one request: compile the candidate's kernels for ``arch`` (the
+    device's when None) and read their machine code. This replaces Triton's driver with a
+    compile-only stand-in, so such a sandbox evaluates nothing else."""
+    from kernelabd.fingerprint import to_json
+    from kernelabd.fingerprint.build import fingerprint_file
+
+    arch = msg.get("arch")
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else (9, 0)
+        arch = f"sm_{major}{minor}"
+    kernels = fingerprint_file(Path(msg["path"]), arch, Path(msg["reference"]))
+    return {"arch": arch, **to_json(kernels, with_code=True)}
+
+
 def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
     harness = Harness()
     handlers = {
         "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
         "graphs": harness.use_graphs, "oracle_fingerprints": harness.oracle_fingerprints,
+        "fingerprint": machine_fingerprint,
     }
     while True:
         msg, tensors = wire.recv(sock)
