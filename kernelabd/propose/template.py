@@ -27,7 +27,7 @@ from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelabd.propose.base import JobContext, Proposal
-from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.templates import attention, common, conv, cuda, elementwise, matmul, reduce, rowwise
 from kernelabd.propose.tune import params_of
 from kernelabd.service.capture import load_reference
 
@@ -742,6 +742,14 @@ def _precision(sidecar: str | None, dtype: torch.dtype | None, exact: bool) -> s
     return "ieee" if exact or dtype != torch.float32 else "tf32x3"
 
 
+def target_of(sidecar: str | None) -> str:
+    """The language the problem's sidecar asks candidates in (``harness.problem`` validates)."""
+    try:
+        return str(tomllib.loads(sidecar or "").get("target", "triton"))
+    except tomllib.TOMLDecodeError:
+        return "triton"
+
+
 def instantiate(reference_source: str, sidecar: str | None = None,
                 exact: bool = False) -> tuple[str, str] | None:
     """(candidate source, edit line) for the first template the reference matches, or None;
@@ -750,8 +758,10 @@ def instantiate(reference_source: str, sidecar: str | None = None,
     g = trace(reference_source)
     if parts is None or g is None or not g.known:
         return None
-    precision = _precision(sidecar, g.dtype, exact)
     init = list(parts)
+    if target_of(sidecar) == "cuda":
+        return cuda.match(g, init)
+    precision = _precision(sidecar, g.dtype, exact)
     for attempt in (lambda: match_attention(g, init, precision),
                     lambda: match_mlp(g, init, precision), lambda: match_matmul(g, init, precision),
                     lambda: match_conv(g, init, precision),
@@ -791,4 +801,5 @@ class TemplateProposer:
         if found is None:
             return None
         source, edit = found
-        return Proposal(source=source, edit=edit, parent_id=None, params=params_of(source))
+        return Proposal(source=source, edit=edit, parent_id=None, params=params_of(source),
+                        language=target_of(ctx.sidecar))
