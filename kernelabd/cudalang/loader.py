@@ -84,12 +84,12 @@ def compile_cubin(source: str, arch: str, defines: dict[str, Any]) -> bytes:
 
 
 def kernel_args(args: tuple[Any, ...]) -> list[Any]:
-    """Tensors pass their device address, Python ints a 32-bit int, floats a 32-bit float;
-    ctypes values pass as they are (``ctypes.c_int64`` for a 64-bit stride)."""
+    """Tensors pass their device address (a 64-bit value), Python ints a 32-bit int, floats a
+    32-bit float; ctypes values pass as they are (``ctypes.c_int64`` for a 64-bit stride)."""
     out: list[Any] = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            out.append(a.data_ptr())
+            out.append(ctypes.c_uint64(a.data_ptr()))
         elif isinstance(a, bool):
             out.append(ctypes.c_bool(a))
         elif isinstance(a, int):
