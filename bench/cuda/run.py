@@ -9,7 +9,9 @@ Runs, through the real CLI:
      the CUDA candidate gated against the float64 oracle and timed against torch.softmax;
   3. the same check of the Triton example (``examples/softmax.new.py``), for comparison;
   4. a copy of the CUDA candidate with a typo in its kernel: expected verdict fail, rule
-     ``compile``, the NVRTC log as evidence.
+     ``compile``, the NVRTC log as evidence;
+  5. the two GEMMs of bench/fingerprint (fp32 FMA dots, tensor-core dots), each against the
+     bf16 reference, so the fingerprints' explanation has its measured times beside it.
 Each result is written as JSON under ``--out`` (default bench/cuda/results). Exit status 0 when
 the CUDA candidate passed and the broken copy failed rule ``compile``, 1 otherwise.
 """
@@ -71,6 +73,10 @@ def main() -> int:
             (Path(tmp) / name).write_text((CUDA_REF.parent / name).read_text())
         _, results["cuda, typo"] = kernelab("check", str(Path(tmp) / "softmax.py"), str(broken),
                                             "--device", "cuda", "--json", "--no-timing")
+    gemm = ROOT / "bench" / "fingerprint"
+    for name in ("gemm_fma", "gemm_tc"):
+        _, results[name] = kernelab("check", str(gemm / "gemm.py"), str(gemm / f"{name}.new.py"),
+                                    "--device", "cuda", "--json")
     for name, r in results.items():
         (args.out / f"{name.replace(' ', '_').replace(',', '')}.json").write_text(json.dumps(r, indent=1))
     kernels = results["fingerprint"].get("kernels", [])
@@ -79,7 +85,7 @@ def main() -> int:
         for k in kernels) or results["fingerprint"])
     print("| case | verdict | rule | reference ms | candidate ms | speedup | 95% CI | reason |")
     print("|---|---|---|---:|---:|---:|---|---|")
-    for name in ("cuda softmax", "triton softmax", "cuda, typo"):
+    for name in ("cuda softmax", "triton softmax", "cuda, typo", "gemm_fma", "gemm_tc"):
         print(row(name, results[name]))
     ok = (results["cuda softmax"].get("verdict") == "pass"
           and results["cuda, typo"].get("rule") == "compile")

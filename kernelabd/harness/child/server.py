@@ -759,7 +759,6 @@ def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
     handlers = {
         "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
         "graphs": harness.use_graphs, "oracle_fingerprints": harness.oracle_fingerprints,
-        "fingerprint": machine_fingerprint,
     }
     while True:
         msg, tensors = wire.recv(sock)
@@ -773,6 +772,10 @@ def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
                 if prewarming is not None:   # no thread of ours runs beside a candidate's code
                     prewarming.join()
                 reply, out = harness.load_candidate(msg, tensors)
+            elif cmd == "fingerprint":
+                if prewarming is not None:   # nor beside the stand-in driver fingerprinting sets
+                    prewarming.join()
+                reply, out = machine_fingerprint(msg), []
             else:
                 reply, out = handlers[cmd](msg), []
         except Exception as exc:  # every failure of evaluated code becomes a reply
