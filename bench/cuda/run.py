@@ -11,7 +11,8 @@ Runs, through the real CLI:
   4. a copy of the CUDA candidate with a typo in its kernel: expected verdict fail, rule
      ``compile``, the NVRTC log as evidence;
   5. the two GEMMs of bench/fingerprint (fp32 FMA dots, tensor-core dots), each against the
-     bf16 reference, so the fingerprints' explanation has its measured times beside it.
+     bf16 reference, so the fingerprints' explanation has its measured times beside it;
+  6. the CUDA C++ bf16 GEMM of bench/fingerprint/cuda (mma.sync, cp.async, ldmatrix).
 Each result is written as JSON under ``--out`` (default bench/cuda/results). Exit status 0 when
 the CUDA candidate passed and the broken copy failed rule ``compile``, 1 otherwise.
 """
@@ -77,6 +78,8 @@ def main() -> int:
     for name in ("gemm_fma", "gemm_tc"):
         _, results[name] = kernelab("check", str(gemm / "gemm.py"), str(gemm / f"{name}.new.py"),
                                     "--device", "cuda", "--json")
+    _, results["cuda gemm"] = kernelab("check", str(gemm / "cuda" / "gemm.py"),
+                                       str(gemm / "cuda" / "gemm.new.py"), "--device", "cuda", "--json")
     for name, r in results.items():
         (args.out / f"{name.replace(' ', '_').replace(',', '')}.json").write_text(json.dumps(r, indent=1))
     kernels = results["fingerprint"].get("kernels", [])
@@ -85,7 +88,7 @@ def main() -> int:
         for k in kernels) or results["fingerprint"])
     print("| case | verdict | rule | reference ms | candidate ms | speedup | 95% CI | reason |")
     print("|---|---|---|---:|---:|---:|---|---|")
-    for name in ("cuda softmax", "triton softmax", "cuda, typo", "gemm_fma", "gemm_tc"):
+    for name in ("cuda softmax", "triton softmax", "cuda, typo", "gemm_fma", "gemm_tc", "cuda gemm"):
         print(row(name, results[name]))
     ok = (results["cuda softmax"].get("verdict") == "pass"
           and results["cuda, typo"].get("rule") == "compile")

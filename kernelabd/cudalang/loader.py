@@ -35,8 +35,8 @@ def program_options(arch: str, defines: dict[str, Any]) -> Any:
     tunable as a macro of the same name, so that a tuner's edit reaches the kernel."""
     from cuda.core import ProgramOptions
 
-    return ProgramOptions(arch=arch, lineinfo=True, std="c++17",
-                          define_macro=[(k, str(v)) for k, v in sorted(defines.items())])
+    macros = [(k, str(v)) for k, v in sorted(defines.items())]
+    return ProgramOptions(arch=arch, lineinfo=True, std="c++17", define_macro=macros or None)
 
 
 def cache_dir() -> Path:

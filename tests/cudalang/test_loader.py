@@ -9,7 +9,7 @@ import pytest
 
 from kernelabd.cudalang import carried_loader, loader_text, with_loader
 from kernelabd.cudalang.loader import CACHE_ENV, CompileError, compile_cubin
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 SOURCE = r"""
 extern "C" __global__ void __launch_bounds__(BLOCK) twice(float* o, const float* x, int n) {
@@ -47,7 +47,13 @@ def test_a_source_that_does_not_compile_raises_with_the_log(cache: Path) -> None
 def test_examples_carry_the_current_loader() -> None:
     """A CUDA candidate carries the loader's text; an example that drifted from
     kernelabd/cudalang/loader.py would run other code than kernelab fingerprints."""
-    for path in (EXAMPLES / "cuda").glob("*.new.py"):
+    paths = [*(EXAMPLES / "cuda").glob("*.new.py"), *(ROOT / "bench").glob("**/cuda/*.new.py")]
+    assert len(paths) >= 2
+    for path in paths:
         source = path.read_text()
         assert carried_loader(source) == loader_text(), f"{path}: rewrite it with with_loader()"
         assert with_loader(source) == source
+
+
+def test_a_program_without_macros_compiles(cache: Path) -> None:
+    assert compile_cubin(SOURCE.replace("BLOCK", "256"), "sm_90", {})[:4] == b"\x7fELF"
