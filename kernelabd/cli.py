@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "kernelabd.commands.doctor:doctor",
     "demo": "kernelabd.commands.demo:demo",
     "service": "kernelabd.commands.service:service",
+    "fingerprint": "kernelabd.commands.fingerprint:fingerprint",
 }
 
 HELP = {
@@ -38,6 +39,7 @@ HELP = {
     "doctor": "Explain why nothing is happening.",
     "demo": "Run the daemon on the bundled examples in a throw-away home.",
     "service": "Install kernelab as a systemd service.",
+    "fingerprint": "Registers, spills, shared memory and SASS mix of a candidate's kernels (no GPU).",
 }
 
 

@@ -192,7 +192,20 @@ ALTER TABLE devices ADD COLUMN node TEXT;
 ALTER TABLE jobs ADD COLUMN node TEXT;
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES, SCHEMA_CLUSTER_NODES]
+# Machine-code fingerprints of candidates (``store.fingerprints``): the kernels' figures as JSON,
+# their PTX and SASS as zlib-compressed JSON, or why none could be made.
+SCHEMA_FINGERPRINTS = """
+CREATE TABLE fingerprints (
+    candidate_id  INTEGER PRIMARY KEY REFERENCES candidates(id),
+    arch          TEXT,                      -- sm_90
+    kernels       TEXT NOT NULL,             -- JSON {"kernels": [...]}, as kernelab fingerprint --json
+    code          BLOB,                      -- zlib(JSON [{"name", "ptx", "sass"}])
+    error         TEXT,                      -- one line when none could be made
+    created_at    REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES, SCHEMA_CLUSTER_NODES, SCHEMA_FINGERPRINTS]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

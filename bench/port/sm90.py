@@ -32,8 +32,6 @@ import itertools
 import json
 import os
 import random
-import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -48,8 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
 
+from kernelabd.fingerprint import sass  # noqa: E402
+from kernelabd.fingerprint.build import TritonCompileOnly  # noqa: E402
 from kernelabd.harness.problem import load_problem  # noqa: E402
 from kernelabd.propose.base import Budget, JobContext, Proposal, Proposer  # noqa: E402
 from kernelabd.propose.inductor.codegen import use_stand_in_driver  # noqa: E402
@@ -112,39 +111,13 @@ class KernelUse:
 
 def resource_usage(cubin: bytes) -> dict[str, int]:
     """REG/STACK/SHARED/LOCAL of the one function in ``cubin``, as cuobjdump prints them."""
-    tool = triton.knobs.nvidia.cuobjdump.path
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
-                             text=True, check=True).stdout
-    fields = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
-    if "REG" not in fields:
-        raise RuntimeError(f"cuobjdump printed no resource usage: {out[-300:]}")
-    return {k: int(v) for k, v in fields.items()}
-
-
-class CompileOnly:
-    """While active, a Triton launch compiles for the stand-in driver's target and returns
-    without running; the compiled kernels are kept in launch order."""
-
-    def __init__(self) -> None:
-        self.kernels: list[tuple[str, Any]] = []
-        self._run = JITFunction.run
-
-    def __enter__(self) -> CompileOnly:
-        original, kernels = self._run, self.kernels
-
-        def compile_only(fn: JITFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-            kernel = original(fn, *args, grid=grid, warmup=True, **kwargs)
-            kernels.append((fn.fn.__name__, kernel))
-            return kernel
-
-        JITFunction.run = compile_only
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        JITFunction.run = self._run
+        (usage,) = sass.resource_usage(Path(f.name)).values()
+    if "REG" not in usage:
+        raise RuntimeError("cuobjdump printed no resource usage")
+    return usage
 
 
 def seed(problem: Path, proposer: Proposer) -> tuple[str, str] | str:
@@ -188,9 +161,9 @@ def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]
     reference, model, inputs = at_gpu_sizes(problem)
     candidate = module.ModelNew(*reference.get_init_inputs())
     candidate.load_state_dict(model.state_dict())
-    with torch.no_grad(), CompileOnly() as compiled:
+    with torch.no_grad(), TritonCompileOnly() as compiled:
         candidate(*inputs)
-    return compiled.kernels
+    return [(kernel.metadata.name, kernel) for kernel, _ in compiled.kernels]
 
 
 def check(problem: Path, proposer_name: str, work: Path,

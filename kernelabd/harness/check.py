@@ -33,9 +33,20 @@ GATE_VARIANT_SETS = ("base", "base", "scaled", "heavy")   # per main shape; "bas
 TIMING_SETS = 2
 SPOT_CHECKS = 12            # timed samples whose outputs are re-checked against the oracle
 # Rules the sandbox may raise that are the candidate's fault (verdict fail, not error).
-REFUSAL_RULES = frozenset({"state_dict", "not_a_tensor", "tampering"})
+REFUSAL_RULES = frozenset({"state_dict", "not_a_tensor", "tampering", "compile"})
+
+# Targets with no CPU path: Triton has an interpreter, CUDA C++ compiled by NVRTC does not.
+GPU_ONLY_TARGETS = frozenset({"cuda"})
 
 Progress = Callable[[str], None]
+
+
+def needs_gpu(problem: Problem, candidate: Path) -> str:
+    """Why a check of a GPU-only target cannot run on CPU, naming the files, in one line."""
+    where = problem.sidecar_path or problem.path
+    return (f"{candidate}: target {problem.sidecar.target!r} (set in {where}) compiles and "
+            "launches CUDA C++ kernels, which need a GPU; this check runs on cpu "
+            "(use --device cuda)")
 
 
 class Rejected(Exception):
@@ -157,7 +168,7 @@ class Check:
         tensors = [t for sd in ref.state for t in sd]
         tensors += [t for inputs in ref.inputs for t in inputs]
         msg = {"cmd": "load_candidate", "path": box.stage_file(path, path.name),
-               "device": self.device,
+               "device": self.device, "target": self.problem.sidecar.target,
                "tf32": self.problem.sidecar.tf32, "gate": gate_run,
                "shapes": ref.shapes, "sets": ref.sets[:n_gate], "timing_sets": ref.sets[n_gate:]}
         return msg, tensors
@@ -287,6 +298,9 @@ class Check:
     def _checked(self, time_it: bool) -> CheckResult:
         self.deadline = time.monotonic() + self.config.gate.timeout_s
         try:
+            if self.problem.sidecar.target in GPU_ONLY_TARGETS and self.device == "cpu":
+                return CheckResult.invalid("bad_arguments", needs_gpu(self.problem, self.candidate),
+                                           self.device)
             load_candidate(self.candidate)
             if self.baseline is not None:
                 load_candidate(self.baseline)

@@ -18,7 +18,7 @@ from kernelabd.pysource import parse
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 VARIANTS = ("base", "scaled", "heavy")
-TARGETS = ("triton",)
+TARGETS = ("triton", "cuda")
 
 
 class ProblemError(ValueError):

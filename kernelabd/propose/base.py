@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kernelabd.harness.problem import Sidecar
+from store.fingerprints import KernelPrint, differences
 
 # name -> "module:Class"; a name missing here or failing to import is skipped with an event.
 REGISTRY: dict[str, str] = {
@@ -101,12 +102,25 @@ class JobContext:
     start_source: str | None = None
     capture: dict[str, Any] | None = None
     history: tuple[Candidate, ...] = field(default_factory=tuple)
+    # candidate id -> its machine-code fingerprint, {"kernels": [...]} as ``kernelab fingerprint
+    # --json`` prints it; only candidates evaluated on a GPU have one
+    fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def incumbent(self) -> Candidate | None:
         """The candidate to beat: the latest accepted one."""
         accepted = [c for c in self.history if c.accepted]
         return accepted[-1] if accepted else None
+
+    def fingerprint_difference(self, candidate_id: int) -> list[dict[str, Any]]:
+        """How a candidate's machine code differs from the incumbent's, figure by figure
+        (``{"kernel", "figure", "a": incumbent's, "b": candidate's}``: registers, spills, shared
+        memory, tensor-core instructions…); [] when either has no fingerprint."""
+        incumbent = self.incumbent
+        if incumbent is None or incumbent.id not in self.fingerprints or candidate_id not in self.fingerprints:
+            return []
+        a, b = (self.fingerprints[i]["kernels"] for i in (incumbent.id, candidate_id))
+        return differences([KernelPrint.from_json(k) for k in a], [KernelPrint.from_json(k) for k in b])
 
 
 class Proposer(Protocol):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from kernelabd.config import Config
 from kernelabd.harness.problem import ProblemError, load_problem
-from kernelabd.harness.sandbox import Sandbox, head_start
+from kernelabd.harness.sandbox import Sandbox, SandboxSpec, head_start
 from kernelabd.propose.base import (
     Budget,
     Candidate,
@@ -145,6 +145,7 @@ class Loop:
         state = recorder.load(job_id)
         self.job: dict[str, Any] = state["job"]
         self.history = [Candidate.from_row(r) for r in state["candidates"]]
+        self.fingerprints: dict[int, dict[str, Any]] = dict(state.get("fingerprints") or {})
         self.limits = Limits.for_job(state["job_config"], config, self.job.get("sidecar"))
         self.active_s = float(self.job.get("active_s") or 0.0)
         self.reference = workdir / f"{self.job['problem_name']}.py"
@@ -189,7 +190,8 @@ class Loop:
             reference_source=self.job["source"], device=self.device,
             budget=Budget(self.limits.max_candidates - len(self.history), left_s),
             sidecar=load_problem(self.reference).sidecar, start_source=self.job.get("start_source"),
-            capture=self.job.get("capture"), history=tuple(self.history))
+            capture=self.job.get("capture"), history=tuple(self.history),
+            fingerprints=dict(self.fingerprints))
 
     def record(self, proposal: Proposal, proposer: str) -> Candidate:
         data = {"source": proposal.source, "edit": proposal.edit, "parent_id": proposal.parent_id,
@@ -220,6 +222,7 @@ class Loop:
         if data.get("rule") == "bad_reference":
             raise ReferenceInvalid(data.get("reason") or "the reference cannot be evaluated")
         accepted = decide(data, incumbent is not None)
+        self.fingerprint(cand, path, data)
         self.rec.finish_candidate(self.job_id, cand.id, data, accepted)
         if incumbent is None and data.get("reference_ms") and not self.job.get("reference_ms"):
             fields = {"reference_ms": data["reference_ms"], "reference_noise": data.get("aa_noise")}
@@ -229,6 +232,23 @@ class Loop:
         self.costs.append(time.monotonic() - started)
         self.charge(self.costs[-1])
         self.report(cand, data, accepted)
+
+    def fingerprint(self, cand: Candidate, path: Path, data: dict[str, Any]) -> None:
+        """On a GPU, add the candidate's machine-code fingerprint to its result (the recorder
+        keeps it apart). On CPU there is no machine code: candidates run in Triton's
+        interpreter there, and ``kernelab fingerprint --arch`` makes one without a GPU."""
+        if self.device == "cpu" or data.get("rule") == "bad_candidate":
+            return
+        from kernelabd.fingerprint.sandboxed import fingerprint_in_sandbox
+
+        self.progress(f"candidate #{cand.id}: fingerprinting its machine code")
+        spec = SandboxSpec(device=self.device, user=self.config.sandbox.user,
+                           memory_gb=self.config.sandbox.memory_gb, label="fingerprint")
+        found = fingerprint_in_sandbox(self.reference, path, spec)
+        data["fingerprint"] = found
+        if "kernels" in found:
+            self.fingerprints[cand.id] = {"kernels": [
+                {k: v for k, v in kernel.items() if k not in ("ptx", "sass")} for kernel in found["kernels"]]}
 
     def next_cost(self) -> float:
         """The next evaluation's expected seconds: the longest of the last three (they vary with

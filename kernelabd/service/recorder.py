@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from store import fingerprints
 from store.home import Home
 from store.records import Store
 
@@ -25,7 +26,8 @@ class LocalRecorder:
         job_config = json.loads(job["config"] or "{}")
         if isinstance(job.get("capture"), str):
             job["capture"] = json.loads(job["capture"])
-        return {"job": job, "job_config": job_config, "candidates": self.store.candidates(job_id)}
+        return {"job": job, "job_config": job_config, "candidates": self.store.candidates(job_id),
+                "fingerprints": fingerprints.load_job(self.store.conn, job_id)}
 
     def add_candidate(self, job_id: int, proposal: dict[str, Any], proposer: str) -> int:
         return self.store.add_candidate(job_id, proposer=proposer, source=proposal["source"],
@@ -38,7 +40,10 @@ class LocalRecorder:
 
     def finish_candidate(self, job_id: int, candidate_id: int, result: dict[str, Any],
                          accepted: bool) -> None:
+        found = result.pop("fingerprint", None)   # kept apart, its code compressed
         self.store.finish_candidate(candidate_id, result, accepted)
+        if found:
+            fingerprints.save(self.store.conn, candidate_id, found)
         if accepted:
             from kernelabd.service.reports import write_results
 

@@ -81,7 +81,7 @@ def test_dashboard_no_color(snap_compare, db_path: Path, monkeypatch: pytest.Mon
     assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=_loaded)
 
 
-@pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5"])
+@pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5", "6"])
 def test_job_detail(snap_compare, db_path: Path, tab: str) -> None:
     async def open_detail(pilot: Pilot[None]) -> None:
         await _loaded(pilot)

@@ -12,7 +12,7 @@ import math
 import sqlite3
 from pathlib import Path
 
-from store import connect
+from store import connect, fingerprints
 
 T0 = 1_767_225_600.0
 """2026-01-01 00:00:00 UTC: every timestamp in the fixture is an offset from it."""
@@ -134,10 +134,25 @@ def _candidates(conn: sqlite3.Connection, job_id: int, rows: list[tuple], refere
                              reference_ms=reference_ms)
         if ms is not None:
             _blocks(conn, cand, reference_ms, ms, T0 + offset + 20 * i)
+            _fingerprint(conn, cand, block, warps)
         if accepted:
             incumbent = cand
         ids.append(cand)
     return ids
+
+
+def _fingerprint(conn: sqlite3.Connection, cand: int, block: int, warps: int) -> None:
+    """A Triton row kernel's machine code as ``kernelab fingerprint`` would read it."""
+    vector = max(1, min(4, block // (32 * warps)))
+    kernel = {"name": "softmax_kernel", "arch": "sm_90", "registers": 16 + 8 * vector,
+              "spills": 0, "spill_loads": 0, "local_bytes": 0, "shared_bytes": 8 * warps,
+              "static_shared_bytes": 0,
+              "launch": {"grid": [4096], "block": [32 * warps, 1, 1], "num_warps": warps},
+              "instructions": {f"LDG.{32 * vector}": block // (32 * warps * vector) or 1,
+                               "SHFL": 10, "MUFU": block // (32 * warps) or 1, "BAR": 2,
+                               "total": 200 + block // 8 + 7 * (cand % 4)},
+              "ptx": "", "sass": ""}
+    fingerprints.save(conn, cand, {"arch": "sm_90", "kernels": [kernel]})
 
 
 def _blocks(conn: sqlite3.Connection, cand: int, base_ms: float, ms: float, ts: float) -> None:

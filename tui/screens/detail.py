@@ -16,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
+from store import fingerprints
 from tui.data import (
     Block,
     Candidate,
@@ -34,7 +35,9 @@ from tui.widgets.queue import VIM_BINDINGS
 from tui.widgets.status import StatusBar
 from tui.widgets.timing import TimingHistogram
 
-TABS = ("source", "diff", "timing", "clock", "gate", "transcript")
+TABS = ("source", "diff", "timing", "clock", "gate", "transcript", "machine")
+NO_FINGERPRINT = ("(no fingerprint: candidates get one when evaluated on a GPU; "
+                  "`kernelab fingerprint FILE --arch sm_90` makes one without)")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class CandidateView:
     blocks: tuple[Block, ...]
     lineage: tuple[Candidate, ...]
     transcript: tuple[dict[str, Any], ...] = ()
+    machine: str = NO_FINGERPRINT
 
 
 def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
@@ -63,7 +67,22 @@ def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
     return CandidateView(candidate=cand, source=source,
                          diff=parent_diff(parent_source, source, cand.parent_id, cand.id),
                          blocks=load_blocks(conn, cand.id), lineage=tuple(lineage),
-                         transcript=load_transcript(conn, series.job.id, cand.id))
+                         transcript=load_transcript(conn, series.job.id, cand.id),
+                         machine=machine_text(conn, cand))
+
+
+def machine_text(conn: sqlite3.Connection, cand: Candidate) -> str:
+    """The candidate's kernels beside its parent's (differences marked), or alone."""
+    try:
+        mine = fingerprints.load(conn, cand.id)
+        parent = fingerprints.load(conn, cand.parent_id) if cand.parent_id else None
+    except sqlite3.OperationalError:   # a database from before fingerprints were kept
+        return NO_FINGERPRINT
+    if mine is None:
+        return NO_FINGERPRINT
+    if parent is None:
+        return fingerprints.render(mine)
+    return fingerprints.render_pair(parent, mine, f"#{cand.parent_id} (parent)", f"#{cand.id}")
 
 
 def verdict_text(cand: Candidate) -> Text:
@@ -192,6 +211,8 @@ class JobDetail(JobControls):
                         yield Static("", id="gate-text")
                     with TabPane("6 transcript", id="transcript"), VerticalScroll():
                         yield Static("", id="transcript-text")
+                    with TabPane("7 machine", id="machine"), VerticalScroll():
+                        yield Static("", id="machine-text")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -274,6 +295,7 @@ class JobDetail(JobControls):
                            "yes" if b.throttled else "no")
         self.query_one("#gate-text", Static).update(gate_text(cand))
         self.query_one("#transcript-text", Static).update(transcript_text(cand, view.transcript))
+        self.query_one("#machine-text", Static).update(Text(view.machine))
 
     @on(DataTable.RowHighlighted, "#candidates")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

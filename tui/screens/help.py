@@ -23,7 +23,7 @@ HELP = """\
   s            sort: state, priority, id, name, speedup
 
 [b]Job detail[/b]
-  1 … 6        source, diff, timing, clock, gate, agent transcript
+  1 … 7        source, diff vs parent, timing, clock, gate, agent transcript, machine code
   h  escape    back to the dashboard
 
 [b]Controls[/b] (written to the commands table; the daemon applies them)

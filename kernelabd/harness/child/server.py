@@ -68,6 +68,7 @@ LAUNCH_RANGE = "kernelab::launch"   # profiler range around every target-languag
 SIDE_STREAM_DELAY_CYCLES = 50_000_000   # ~25 ms at 2 GHz ahead of any side-stream launch
 POISON_BYTE = 0xFF            # float32 0xFFFFFFFF is a NaN: unwritten outputs show as poison
 CPU_FLUSH_BYTES = 32 << 20
+COMPILE_LOG_CHARS = 8000     # tail of a compiler log kept as a compile failure's evidence
 WARMUP_SAMPLES = 1 << 40      # sample indices used while calibrating: never timed, never checked
 
 
@@ -101,7 +102,9 @@ def torch_compute_ops(events: Any) -> Counter[str]:
 
 
 class LaunchCounter:
-    """Counts Triton kernel launches by wrapping the launchers' ``run`` methods.
+    """Counts target-language kernel launches: Triton's by wrapping the launchers' ``run``
+    methods, CUDA C++'s by wrapping ``cuda.core.launch``, which the CUDA loader a candidate
+    carries looks up at each launch.
 
     While gating on a GPU it also delays any launch made on a stream other than the caller's
     (a spin kernel queued ahead of it), so that work left running on a side stream when
@@ -112,7 +115,10 @@ class LaunchCounter:
         self.kernels: Counter[str] = Counter()
         self.caller_stream: Any = None
 
-    def install(self) -> None:
+    def install(self, target: str) -> None:
+        if target == "cuda":
+            self.install_cuda()
+            return
         from triton.runtime import jit
 
         classes = [jit.JITFunction]
@@ -123,6 +129,18 @@ class LaunchCounter:
             pass
         for cls in classes:
             cls.run = self._wrap(cls.run)
+
+    def install_cuda(self) -> None:
+        import cuda.core
+
+        launch, counter = cuda.core.launch, self
+
+        def counted(stream: Any, config: Any, kernel: Any, *args: Any) -> Any:
+            counter.kernels[f"cuda:{getattr(kernel, 'name', None) or 'kernel'}"] += 1
+            counter.delay_side_stream()
+            with record_function(LAUNCH_RANGE):
+                return launch(stream, config, kernel, *args)
+        cuda.core.launch = counted
 
     def _wrap(self, run: Any) -> Any:
         counter = self
@@ -232,8 +250,8 @@ class Harness:
         torch.backends.cudnn.allow_tf32 = tf32
         if self.device != "cpu":
             torch.cuda.set_device(0)
-        with contextlib.suppress(ImportError):  # no Triton: nothing can be launched anyway
-            self.launches.install()
+        with contextlib.suppress(ImportError):  # no Triton/cuda-python: nothing can launch
+            self.launches.install(msg.get("target", "triton"))
 
     def hello(self) -> dict[str, Any]:
         info: dict[str, Any] = {"device": self.device}
@@ -714,7 +732,31 @@ def error_reply(exc: BaseException, where: str) -> dict[str, Any]:
                              "where": where, "traceback": traceback.format_exc()[-3000:]}
     if isinstance(exc, Refused):
         reply.update(rule=exc.rule, error=str(exc), evidence=exc.evidence)
+    elif getattr(type(exc), "kernelab_rule", None) == "compile":   # the CUDA loader's CompileError
+        log = str(getattr(exc, "log", ""))
+        reply.update(rule="compile", error=f"the CUDA source does not compile: {_first_error(log)}",
+                     evidence={"log": log[-COMPILE_LOG_CHARS:]})
     return reply
+
+
+def _first_error(log: str) -> str:
+    """The compiler's first ``error:`` line, for a one-line reason; the whole log is evidence."""
+    return next((line.strip() for line in log.splitlines() if "error" in line), "see the log")
+
+
+def machine_fingerprint(msg: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprinting sandbox's one request: compile the candidate's kernels for ``arch`` (the
+    device's when None) and read their machine code. This replaces Triton's driver with a
+    compile-only stand-in, so such a sandbox evaluates nothing else."""
+    from kernelabd.fingerprint import to_json
+    from kernelabd.fingerprint.build import fingerprint_file
+
+    arch = msg.get("arch")
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else (9, 0)
+        arch = f"sm_{major}{minor}"
+    kernels = fingerprint_file(Path(msg["path"]), arch, Path(msg["reference"]))
+    return {"arch": arch, **to_json(kernels, with_code=True)}
 
 
 def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
@@ -735,6 +777,10 @@ def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
                 if prewarming is not None:   # no thread of ours runs beside a candidate's code
                     prewarming.join()
                 reply, out = harness.load_candidate(msg, tensors)
+            elif cmd == "fingerprint":
+                if prewarming is not None:   # nor beside the stand-in driver fingerprinting sets
+                    prewarming.join()
+                reply, out = machine_fingerprint(msg), []
             else:
                 reply, out = handlers[cmd](msg), []
         except Exception as exc:  # every failure of evaluated code becomes a reply

@@ -12,7 +12,7 @@ from kernelabd.harness.problem import Sidecar
 from kernelabd.propose.base import Decline, JobContext, Proposal
 from kernelabd.propose.template import match
 from kernelabd.propose.template.graph import trace
-from kernelabd.propose.templates import common
+from kernelabd.propose.templates import common, cuda
 from kernelabd.propose.tune import params_of
 
 TF32X3 = "tf32x3"
@@ -40,7 +40,11 @@ def instantiate(reference_source: str, sidecar: Sidecar | None = None,
     g = trace(reference_source)
     if parts is None or g is None or not g.known:
         return None
-    found = match.find(g, list(parts), _precision(sidecar or Sidecar(), g.dtype, exact))
+    sidecar = sidecar or Sidecar()
+    if sidecar.target == "cuda":
+        written = cuda.match(g, list(parts))
+        return match.Match(*written) if written is not None else None
+    found = match.find(g, list(parts), _precision(sidecar, g.dtype, exact))
     if found is not None and found.dots == TF32X3:
         return replace(found, edit=f"{found.edit}; 3xTF32 dots")
     return found
@@ -56,7 +60,7 @@ class TemplateProposer:
         mine = [c for c in ctx.history if c.proposer == self.name]
         if not mine:
             found = instantiate(ctx.reference_source, ctx.sidecar)
-            return _proposal(found) if found is not None else Decline(NO_MATCH)
+            return _proposal(found, ctx.sidecar) if found is not None else Decline(NO_MATCH)
         if len(mine) > 1 or mine[0].verdict not in ("fail", "error"):
             return Decline()
         seed = instantiate(ctx.reference_source, ctx.sidecar)   # what the failed one was
@@ -65,8 +69,10 @@ class TemplateProposer:
         if exact is None:
             return Decline()
         why = mine[0].rule or mine[0].verdict
-        return _proposal(replace(exact, edit=f"{exact.edit}; IEEE dots (the 3xTF32 seed did not pass: {why})"))
+        return _proposal(replace(exact, edit=f"{exact.edit}; IEEE dots (the 3xTF32 seed did not pass: {why})"),
+                         ctx.sidecar)
 
 
-def _proposal(found: match.Match) -> Proposal:
-    return Proposal(source=found.source, edit=found.edit, parent_id=None, params=params_of(found.source))
+def _proposal(found: match.Match, sidecar: Sidecar) -> Proposal:
+    return Proposal(source=found.source, edit=found.edit, parent_id=None, params=params_of(found.source),
+                    language=sidecar.target)
