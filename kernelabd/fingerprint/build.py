@@ -165,7 +165,7 @@ def use_target(arch: str) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
 
-    from kernelabd.propose.inductor import use_stand_in_driver
+    from kernelabd.propose.inductor.codegen import use_stand_in_driver
 
     use_stand_in_driver()
     driver.active.get_current_target = lambda: GPUTarget("cuda", capability(arch), 32)

@@ -10,13 +10,14 @@ import pytest
 from kernelabd.cudalang import carried_loader, loader_text
 from kernelabd.fingerprint.build import compile_cuda, cuda_programs, import_file
 from kernelabd.fingerprint.sass import fingerprints
-from kernelabd.propose.base import Budget, JobContext
-from kernelabd.propose.template import TemplateProposer, instantiate
+from kernelabd.harness.problem import Sidecar
+from kernelabd.propose.base import Budget, JobContext, Proposal
+from kernelabd.propose.template.proposer import TemplateProposer, instantiate
 from kernelabd.propose.tune import apply_edit, parse_tunables
 from tests.conftest import EXAMPLES
 
 REFERENCE = (EXAMPLES / "cuda" / "softmax.py").read_text()
-CUDA = 'target = "cuda"\n'
+CUDA = Sidecar(target="cuda")
 
 
 def reference(body: str) -> str:
@@ -42,7 +43,7 @@ def kernels_of(source: str, tmp_path: Path) -> list:
 def test_each_template_compiles_for_sm90(body: str, kernel: str, tmp_path: Path) -> None:
     found = instantiate(reference(body), CUDA)
     assert found is not None
-    source, edit = found
+    source, edit = found.source, found.edit
     assert edit.endswith(f"({kernel})")
     assert carried_loader(source) == loader_text()
     (fp,) = kernels_of(source, tmp_path)
@@ -51,7 +52,7 @@ def test_each_template_compiles_for_sm90(body: str, kernel: str, tmp_path: Path)
 
 def test_the_tuners_edit_reaches_the_kernel(tmp_path: Path) -> None:
     """BLOCK is a macro: 1024 threads need 32 warps' partial results in shared memory."""
-    source, _ = instantiate(REFERENCE, CUDA)
+    source = instantiate(REFERENCE, CUDA).source
     (block,) = [t for t in parse_tunables(source) if t.name == "BLOCK"]
     before = kernels_of(source, tmp_path)[0]
     after = kernels_of(apply_edit(source, block, 1024), tmp_path)[0]
@@ -69,5 +70,5 @@ def test_the_proposer_labels_the_language() -> None:
     ctx = JobContext(job_id=1, problem="softmax", reference_source=REFERENCE, device="cpu",
                      budget=Budget(candidates_left=1, seconds_left=60.0), sidecar=CUDA)
     proposal = TemplateProposer().propose(ctx)
-    assert proposal is not None and proposal.language == "cuda"
+    assert isinstance(proposal, Proposal) and proposal.language == "cuda"
     assert proposal.params == {"BLOCK": 256}
