@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-KERNELAB = [str(Path(sys.executable).with_name("kernelab"))]
+KERNELAB = [sys.executable, "-m", "kernelabd"]   # the CLI as installed, or from the source tree
 EXAMPLES = ROOT / "examples"
 CUDA_REF, CUDA_NEW = EXAMPLES / "cuda" / "softmax.py", EXAMPLES / "cuda" / "softmax.new.py"
 TYPO = ("merge(m, s, x[c], 1.f)", "merge(m, s, z[c], 1.f)")
