@@ -205,7 +205,50 @@ CREATE TABLE fingerprints (
 );
 """
 
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES, SCHEMA_CLUSTER_NODES, SCHEMA_FINGERPRINTS]
+# Scale, search and peers (issues 13, 14, 15, 20): a job's memory plan and the peers it was
+# measured against (torch.compile), the worker deaths seen during a candidate's evaluation
+# (twice makes it a poison candidate, rule ``hostile``), every configuration a job screened,
+# the per-device cache of the best configurations found, and ceilings kept per device per home
+# (for ``kernelab port`` too), measured again only when the driver, device or clocks change.
+SCHEMA_SCALE_AND_SEARCH = """
+ALTER TABLE jobs ADD COLUMN plan TEXT;            -- JSON: the memory plan (harness.plan)
+ALTER TABLE jobs ADD COLUMN peers TEXT;           -- JSON: eager and torch.compile timings
+ALTER TABLE candidates ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE screened (
+    id            INTEGER PRIMARY KEY,
+    job_id        INTEGER NOT NULL REFERENCES jobs(id),
+    parent_id     INTEGER REFERENCES candidates(id),   -- the incumbent the batch varies
+    candidate_id  INTEGER REFERENCES candidates(id),   -- set when it went on to the full gate
+    proposer      TEXT NOT NULL,
+    params        TEXT NOT NULL,                       -- JSON of the tunables' values
+    status        TEXT NOT NULL,                       -- timed | spills | too_big | failed | wrong
+    ms            REAL,                                -- screened time (never a result)
+    registers     INTEGER,
+    spills        INTEGER,
+    detail        TEXT,
+    created_at    REAL NOT NULL
+);
+CREATE INDEX screened_job ON screened(job_id, id);
+CREATE TABLE tuning_cache (
+    device_name   TEXT NOT NULL,                       -- e.g. "NVIDIA H200"
+    signature     TEXT NOT NULL,                       -- the kernel family and its source hash
+    shapes        TEXT NOT NULL,                       -- the problem's sizes, as JSON
+    params        TEXT NOT NULL,                       -- JSON of the best configuration
+    ms            REAL,
+    job_id        INTEGER,
+    updated_at    REAL NOT NULL,
+    PRIMARY KEY (device_name, signature, shapes)
+);
+CREATE TABLE ceilings (
+    key           TEXT PRIMARY KEY,                    -- device uuid | driver | clock mode
+    device_name   TEXT,
+    ceilings      TEXT NOT NULL,                       -- JSON, as devices.ceilings
+    measured_at   REAL NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_AGENT_EXCHANGES, SCHEMA_CLUSTER_NODES, SCHEMA_FINGERPRINTS,
+                         SCHEMA_SCALE_AND_SEARCH]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
