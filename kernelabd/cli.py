@@ -16,6 +16,7 @@ from kernelabd import __version__
 # command name -> "module:attribute"; each module owns its command.
 COMMANDS: dict[str, str] = {
     "check": "kernelabd.commands.check:check",
+    "inspect": "kernelabd.commands.inspect:inspect",
     "daemon": "kernelabd.commands.daemon:daemon",
     "port": "kernelabd.commands.port:port",
     "submit": "kernelabd.commands.submit:submit",
@@ -30,6 +31,7 @@ COMMANDS: dict[str, str] = {
 
 HELP = {
     "check": "Gate a candidate against a float64 oracle and time it beyond noise.",
+    "inspect": "Run a reference once with its oracle: shapes, work, speed of light, memory plan.",
     "daemon": "Run the daemon: watch the inbox, queue jobs, converge.",
     "port": "Run one port/tune job in the foreground.",
     "submit": "Drop reference files into the inbox.",

@@ -24,7 +24,6 @@ DEVICE_MARGIN = 0.85          # share of the device's free memory a plan may use
 HOST_MARGIN = 0.7             # share of the host's available memory the sandboxes may use together
 SANDBOXES = 4                 # reference, candidate, incumbent, and one starting up or a peer
 SANDBOX_HOST_FLOOR = 4 * GiB  # torch + CUDA + Triton in one process, before any data
-NOISE_WINDOW = 1 << 22        # extra perturbation elements a timed input keeps (perturb.window)
 MAX_ORACLE_CHUNKS = 64
 
 # Input sets of the main shape, most important first: two base draws are the least the gate
@@ -45,7 +44,7 @@ class ShapeProbe:
     params_bytes: int
     outputs_bytes: int
     oracle_bytes: int              # the oracle as stored: fp32 (fp64 outputs stay fp64)
-    peak_bytes: int                # one fp32 forward's transient peak above its inputs
+    peak_bytes: int                # what one fp32 forward allocates: its outputs and temporaries
     f64_factor: float = 2.0        # float64 bytes over the inputs' own (2 for fp32, 4 for bf16)
     batch: int | None = None       # size of dim 0 shared by the tensor inputs and outputs
 
@@ -54,23 +53,9 @@ class ShapeProbe:
         keys = cls.__dataclass_fields__
         return cls(**{k: data[k] for k in keys if k in data})
 
-    def set_bytes(self, gate: bool) -> int:
-        """What one stored input set costs: its inputs, and its oracle if it is a gate set."""
-        return self.inputs_bytes + (self.oracle_bytes if gate else 0)
-
-    def timed_set_bytes(self) -> int:
-        """A timed set in a timing sandbox: pristine, work and perturbation factors."""
-        return 2 * self.inputs_bytes + self.inputs_bytes + _noise_extra(self)
-
     def f64_peak(self, chunks: int = 1) -> int:
-        """The float64 forward's transient: its inputs and its working memory, per chunk."""
-        per = self.f64_factor * (self.inputs_bytes + self.peak_bytes) / chunks
-        return int(per)
-
-
-def _noise_extra(probe: ShapeProbe) -> int:
-    elem = 4 if probe.inputs_bytes else 0
-    return min(probe.inputs_bytes, NOISE_WINDOW * elem)
+        """A float64 forward's transient: its inputs in float64 and its own allocations."""
+        return int(self.f64_factor * (self.inputs_bytes + max(self.peak_bytes, self.outputs_bytes)) / chunks)
 
 
 @dataclass
@@ -98,35 +83,37 @@ class Plan:
         return asdict(self)
 
 
-def _device_needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> tuple[int, int]:
-    """(steady bytes, peak bytes while the oracle is made) on the device."""
+def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> int:
+    """Bytes in use at the job's busiest moment: a candidate gated or timed while the incumbent
+    (or, before there is one, the reference as the baseline) holds its timing buffers and the
+    reference re-checks a timed sample.
+
+    Reference sandbox: its models and their float64 copy, the stored gate sets (inputs and
+    oracle) and timing inputs; as the baseline, a work buffer and a captured graph per timing
+    set (dropped after each comparison). Candidate: its weights and, while gated, a fresh copy
+    of a set's inputs, its own allocations and the arena its outputs travel in (which is also
+    the synchronisation rule's snapshot); while timed, its timing inputs, work buffers and
+    graphs. Incumbent: weights, timing inputs, work buffers and graphs. The re-check: perturbed
+    inputs and a float64 forward, in the plan's batch chunks.
+    """
     main, extra = shapes[0], shapes[1:]
+    i, o, pk = main.inputs_bytes, main.outputs_bytes, max(main.peak_bytes, main.outputs_bytes)
     params = sum(s.params_bytes for s in shapes)
-    reference = (params * (1 + main.f64_factor) + n_gate * main.set_bytes(True)
-                 + sum(s.set_bytes(True) for s in extra)
-                 + n_timing * (main.set_bytes(False) + main.timed_set_bytes()) + 2 * main.outputs_bytes)
-    timing_box = (main.params_bytes + n_timing * main.timed_set_bytes() + 2 * main.outputs_bytes
-                  + main.peak_bytes)
-    gating = main.inputs_bytes + 3 * main.outputs_bytes + main.peak_bytes   # a set, its outputs, poison
-    steady = int(reference + 2 * timing_box + gating)
-    transient = max(s.f64_peak(chunks if s is main else 1) for s in shapes)
-    return steady, steady + transient
+    stored = (params * (1 + main.f64_factor) + n_gate * (i + main.oracle_bytes)
+              + sum(s.inputs_bytes + s.oracle_bytes for s in extra) + n_timing * i)
+    timing_buffers = n_timing * (2 * i + pk)
+    candidate = main.params_bytes + max(i + pk + o, timing_buffers)
+    incumbent = main.params_bytes + timing_buffers
+    recheck = i + main.f64_peak(chunks)
+    build = max(s.f64_peak() for s in extra) if extra else 0
+    return int(stored + candidate + incumbent + max(recheck, build))
 
 
-def _host_needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int) -> int:
-    """On a CPU job the same data lives in host memory; on a GPU job the host holds little."""
-    steady, peak = _device_needs(shapes, n_gate, n_timing, 1)
-    return max(steady, peak)
-
-
-def choose_chunks(main: ShapeProbe, budget: int, steady: int) -> int | None:
-    """The fewest batch chunks whose float64 forward fits beside ``steady``, or None."""
+def chunk_counts(main: ShapeProbe) -> list[int]:
+    """1, then the batch's divisors up to MAX_ORACLE_CHUNKS (chunking needs a batch)."""
     if main.batch is None or main.batch < 2:
-        return None
-    for chunks in range(2, min(main.batch, MAX_ORACLE_CHUNKS) + 1):
-        if main.batch % chunks == 0 and steady + main.f64_peak(chunks) <= budget:
-            return chunks
-    return None
+        return [1]
+    return [1, *(c for c in range(2, min(main.batch, MAX_ORACLE_CHUNKS) + 1) if main.batch % c == 0)]
 
 
 def _fmt(n: float) -> str:
@@ -135,8 +122,9 @@ def _fmt(n: float) -> str:
 
 def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, device_free: int,
               host_total: int, host_available: int, variants: list[str]) -> Plan:
-    """Choose the largest set of input sets that fits, most important first; raise
-    ``PlanError`` with the need and the capacity when even the least does not."""
+    """Choose the largest set of input sets that fits, most important first, with the fewest
+    oracle chunks; raise ``PlanError`` with the need and the capacity when even the least does
+    not. On a GPU the data lives in device memory; on a CPU in the host's."""
     probes = [ShapeProbe.from_json(s) for s in shapes]
     main = probes[0]
     wanted = [v for v in FULL_GATE if v in variants or v == "base"]
@@ -145,31 +133,24 @@ def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, devi
     sizes = {"inputs": main.inputs_bytes, "outputs": main.outputs_bytes,
              "parameters": sum(p.params_bytes for p in probes), "oracle": main.oracle_bytes,
              "reference_peak": main.peak_bytes}
-    limit = max(SANDBOX_HOST_FLOOR, int(HOST_MARGIN * host_available / SANDBOXES))
-    last_need = 0
+    limit = max(SANDBOX_HOST_FLOOR, int(HOST_MARGIN * max(host_total, host_available) / SANDBOXES))
+    least = None
     for keep in range(len(wanted), 1, -1):          # the gate's sets before the timing's
         for n_timing in TIMING_SETS:
-            steady, peak = _device_needs(probes, keep, n_timing, 1)
-            if not on_gpu:
-                steady = peak = _host_needs(probes, keep, n_timing)
-            chunks = 1
-            if peak > budget and on_gpu:
-                found = choose_chunks(main, budget, steady)
-                if found is None:
-                    last_need = peak
+            for chunks in chunk_counts(main):
+                need = needs(probes, keep, n_timing, chunks)
+                least = need if least is None else min(least, need)
+                if need > budget:
                     continue
-                chunks, peak = found, steady + main.f64_peak(found)
-            if peak <= budget:
                 return Plan(device=device, device_total_bytes=device_total, device_free_bytes=device_free,
                             host_total_bytes=host_total, bytes=sizes, gate_sets=keep, timing_sets=n_timing,
                             variants=wanted[:keep], dropped=wanted[keep:],
                             oracle="chunked" if chunks > 1 else "whole", oracle_chunks=chunks,
-                            needs_device_bytes=peak if on_gpu else 0, needs_host_bytes=0 if on_gpu else peak,
+                            needs_device_bytes=need if on_gpu else 0, needs_host_bytes=0 if on_gpu else need,
                             sandbox_host_limit_bytes=limit)
-            last_need = peak
     where = "GPU memory" if on_gpu else "host memory"
     has = device_free if on_gpu else host_available
-    raise PlanError(f"needs {_fmt(last_need)} of {where} for the least the gate keeps (two input sets "
-                    f"of {_fmt(main.inputs_bytes)} with float64 oracles, one timing set, the candidate's "
+    raise PlanError(f"needs {_fmt(least or 0)} of {where} for the least the gate keeps (two input sets "
+                    f"of {_fmt(main.inputs_bytes)} with their oracles, one timing set, the candidate's "
                     f"and the incumbent's sandboxes); the {'device' if on_gpu else 'host'} has "
                     f"{_fmt(has)} free ({_fmt(budget)} usable)")

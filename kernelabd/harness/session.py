@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from kernelabd.config import PEER_MODES, Config
-from kernelabd.harness import gate, shared
+from kernelabd.harness import gate, shared, wire
 from kernelabd.harness.clocks import ClockError, ClockSampler, locked_clocks, summarise
 from kernelabd.harness.plan import Plan, PlanError, make_plan
 from kernelabd.harness.problem import Problem, ProblemError, Sidecar, load_candidate
@@ -45,7 +45,6 @@ SPOT_CHECKS = 12            # timed samples whose outputs are re-checked against
 REFUSAL_RULES = frozenset({"state_dict", "not_a_tensor", "tampering", "compile"})
 # Targets with no CPU path: Triton has an interpreter, CUDA C++ compiled by NVRTC does not.
 GPU_ONLY_TARGETS = frozenset({"cuda"})
-STAGE_MARK = "kernelab-stage: "
 
 Progress = Callable[[str], None]
 
@@ -83,7 +82,7 @@ def plan_sets(plan: Plan, n_shapes: int) -> tuple[list[dict[str, Any]], list[dic
 
 def where_it_stopped(detail: str) -> str:
     """The last piece of evaluated code the sandbox said it was running (its stderr marks)."""
-    marks = re.findall(rf"{STAGE_MARK}(.+)", detail or "")
+    marks = re.findall(rf"{wire.STAGE_MARK}(.+)", detail or "")
     return marks[-1].strip() if marks else ""
 
 
@@ -108,7 +107,8 @@ def reference_failure(exc: SandboxError | PlanError, problem: Problem, device: s
     place = where_it_stopped(exc.detail)
     at = f" (in {place})" if place and exc.kind != "raised" else ""
     rule = "too_big" if exc.rule == "too_big" else "bad_reference"
-    result = CheckResult.invalid(rule, f"{problem.path}: {exc.message}{at}", device)
+    message = re.sub(rf":\s*{wire.STAGE_MARK}.*$", "", exc.message)
+    result = CheckResult.invalid(rule, f"{problem.path}: {message}{at}", device)
     result.evidence = {"stderr_tail": exc.detail[-3000:]} if exc.detail else {}
     return result
 
@@ -258,17 +258,31 @@ class Session:
             self.ref_box = self.box("reference")
             self.progress("running the reference once to plan its memory")
             self.seeds = [secrets.randbits(62) for _ in gate_shapes(self.problem.sidecar, self.device)]
-            probe, _ = self.request(self.ref_box, {**self.reference_header(), "cmd": "probe",
-                                                   "seed": secrets.randbits(62)}, "running the reference")
+            header = self.reference_header()
+            meta, _ = self.request(self.ref_box, {**header, "cmd": "probe_meta"}, "sizing the reference")
+            if meta.get("shapes"):     # far too large: refused before anything is allocated
+                self.plan_for(meta["shapes"], self.device_memory())
+            probe, _ = self.request(self.ref_box, {**header, "cmd": "probe", "seed": secrets.randbits(62)},
+                                    "running the reference")
             info = probe.get("info", {})
-            self.plan = make_plan(probe["shapes"], self.device, int(info.get("device_total_bytes", 0)),
-                                  int(info.get("device_free_bytes", 0)), _meminfo("MemTotal"),
-                                  _meminfo("MemAvailable"), list(self.problem.sidecar.variants))
+            self.plan = self.plan_for(probe["shapes"], (int(info.get("device_total_bytes", 0)),
+                                                        int(info.get("device_free_bytes", 0))))
             self.load_reference()
         except (SandboxError, PlanError) as exc:
             raise Rejected(reference_failure(exc, self.problem, self.device)) from None
         finally:
             self.reference_s = time.monotonic() - t0
+
+    def device_memory(self) -> tuple[int, int]:
+        """(total, free) bytes of this job's device, as this process sees it."""
+        if self.device == "cpu":
+            return 0, 0
+        free, total = torch.cuda.mem_get_info(torch.device(self.device))
+        return int(total), int(free)
+
+    def plan_for(self, shapes: list[dict[str, Any]], device: tuple[int, int]) -> Plan:
+        return make_plan(shapes, self.device, device[0], device[1], _meminfo("MemTotal"),
+                         _meminfo("MemAvailable"), list(self.problem.sidecar.variants))
 
     def reference_header(self) -> dict[str, Any]:
         path = self.ref_box.stage_file(self.problem.path, self.problem.path.name)
@@ -349,24 +363,29 @@ class Session:
         """Fresh copies, in a new arena, of tensors of the reference's (a candidate's own)."""
         return shared.pack(tensors, self.device)
 
-    def load(self, box: Sandbox, path: Path, cmd: str = "load_candidate", **extra: Any) -> dict[str, Any]:
-        """Load a candidate (or a peer) with copies of the weights and the timing inputs."""
+    def load(self, box: Sandbox, path: Path, cmd: str = "load_candidate", timing: bool = True,
+             **extra: Any) -> dict[str, Any]:
+        """Load a candidate (or a peer) with copies of the weights and, unless ``timing`` is
+        False (a candidate gets them once it has passed the gate), of the timing inputs."""
         assert self.ref is not None
         ref = self.ref
         state, slots = self.copies([t for shape in ref.state_slots for t in shared.views(ref.state, shape)])
         it = iter(slots)
         shapes = [{"init_inputs": s["init_inputs"], "state_keys": s["state_keys"],
                    "state": [next(it).to_json() for _ in s["state_keys"]]} for s in ref.shapes]
-        timing, entries = self.timing_copies()
+        arenas, entries = [state], []
+        if timing:
+            copies, entries = self.timing_copies()
+            arenas.append(copies)
         try:
             reply, _ = self.request(box, {"cmd": cmd, "path": box.stage_file(path, path.name),
                                           "device": self.device, "target": self.problem.sidecar.target,
                                           "tf32": self.problem.sidecar.tf32, "shapes": shapes,
                                           "timing_sets": entries, **extra},
-                                    f"loading {path.name}", [state, timing])
+                                    f"loading {path.name}", arenas)
         finally:
-            state.close()
-            timing.close()
+            for arena in arenas:
+                arena.close()
         return reply
 
     def timing_copies(self) -> tuple[shared.Arena, list[dict[str, Any]]]:
@@ -427,11 +446,16 @@ class Session:
             box = self.box("candidate")
             self.pending = Held(candidate, box)
             try:
-                self.load(box, candidate)
+                self.load(box, candidate, timing=False)
             except SandboxError as exc:
                 raise Rejected(sandbox_failure(exc, "candidate", self.device)) from None
         with self.stage("gate", "gating the candidate"):
             max_err, tol = self.gate(box)
+        if time_it or self.config.gate.reseed_every:
+            try:
+                self.retime(box)            # it may become the incumbent: it needs them either way
+            except SandboxError as exc:
+                raise Rejected(sandbox_failure(exc, "candidate", self.device)) from None
         result = CheckResult(verdict="pass", max_rel_error=max_err, tolerance=tol, device=self.device,
                              input_sets=len(self.usable),
                              baseline=str(baseline) if baseline else "reference")
@@ -477,36 +501,40 @@ class Session:
 
     # ----- the gate ------------------------------------------------------------------------
     def gate(self, box: Sandbox) -> tuple[float, float]:
-        """Every usable gate set, then the first again (determinism); raises ``Rejected``."""
+        """Every usable gate set, then the first again (determinism); raises ``Rejected``. The
+        first set's outputs stay mapped until they are compared with the second run's."""
         assert self.ref is not None
         worst_norm, worst_tol = 0.0, None
-        first: list[torch.Tensor] | None = None
-        for i in self.usable:
-            rs = self.ref.sets[i]
-            tol = self.tolerance(i)
-            with self.gated(box, rs, i) as (report, outs):
-                failure = self.rules(rs, report, outs, i)
-                if failure is None:
-                    failure, outcome = gate.check_numerics(outs, rs.oracle_tensors(), tol, i)
-                    if outcome.norm_error >= worst_norm:
-                        worst_norm, worst_tol = outcome.norm_error, tol.norm
-                self.fail_if(failure, worst_norm, tol.norm)
-                if first is None:
-                    first = [o.clone() for o in outs]
-        assert first is not None
-        with self.gated(box, self.ref.sets[self.usable[0]], self.usable[0]) as (_, again):
-            self.fail_if(gate.check_deterministic(first, again, self.tolerance(self.usable[0])),
-                         worst_norm, worst_tol)
+        with ExitStack() as keep:
+            first: list[torch.Tensor] | None = None
+            for i in self.usable:
+                rs = self.ref.sets[i]
+                tol = self.tolerance(i)
+                with ExitStack() as this:
+                    report, outs = this.enter_context(self.gated(box, rs))
+                    failure = self.rules(rs, report, outs, i)
+                    if failure is None:
+                        failure, outcome = gate.check_numerics(outs, rs.oracle_tensors(), tol, i)
+                        if outcome.norm_error >= worst_norm:
+                            worst_norm, worst_tol = outcome.norm_error, tol.norm
+                    self.fail_if(failure, worst_norm, tol.norm)
+                    if first is None:
+                        first = outs
+                        keep.enter_context(this.pop_all())
+            assert first is not None
+            with self.gated(box, self.ref.sets[self.usable[0]]) as (_, again):
+                self.fail_if(gate.check_deterministic(first, again, self.tolerance(self.usable[0])),
+                             worst_norm, worst_tol)
         return worst_norm, worst_tol if worst_tol is not None else 0.0
 
     @contextmanager
-    def gated(self, box: Sandbox, rs: RefSet, index: int) -> Iterator[tuple[dict[str, Any], list[torch.Tensor]]]:
+    def gated(self, box: Sandbox, rs: RefSet) -> Iterator[tuple[dict[str, Any], list[torch.Tensor]]]:
         """One gated call on fresh copies of a set's inputs; yields the sandbox's report and
         its outputs (mapped from its arena), with ``mutated`` filled in here."""
         arena, slots = self.copies(rs.input_tensors())
         out: shared.Arena | None = None
         try:
-            header = {"cmd": "gate_set", "shape": rs.shape, **rs.entry(slots),
+            header = {"cmd": "gate_set", "shape": rs.shape, **rs.entry(slots), "expect": rs.outputs,
                       "poison_bytes": 2 * rs.output_bytes()}
             try:
                 reply, fds = self.request(box, header, "running the candidate", [arena])
@@ -590,6 +618,8 @@ class Session:
                                        device=self.device)) from None
         except SandboxError as exc:
             raise Rejected(sandbox_failure(exc, "candidate (while timed)", self.device)) from None
+        finally:
+            self.release_baseline(a)
         self.verify_timed(meas)
         d = meas.decision
         result.reference_ms, result.candidate_ms = meas.a_ms, meas.b_ms
@@ -598,6 +628,12 @@ class Session:
         result.blocks = meas.blocks
         result.timed_sets = len(self.ref.timing)
         result.clock = clock
+
+    def release_baseline(self, a: Sandbox) -> None:
+        """The reference's work buffers and graphs go once it has served as a baseline."""
+        if a is self.ref_box:
+            with contextlib.suppress(SandboxError):
+                self.request(a, {"cmd": "release_timing"}, "releasing timing buffers")
 
     def clock_sampler(self) -> tuple[ClockSampler | None, str]:
         """The device's clock sampler, or None and why there is none (reported with the time)."""
@@ -656,6 +692,7 @@ class Session:
                 continue
             finally:
                 box.close()
+                self.release_baseline(self.ref_box)
             found["eager_ms"] = found["eager_ms"] or meas.a_ms
             found[f"{key}_ms"], found[f"{key}_speedup"] = meas.b_ms, meas.decision.speedup
         speedups = {k: found.get(f"{k}_speedup") or 0.0 for k in modes}

@@ -20,6 +20,7 @@ import torch
 MAX_HEADER = 16 << 20          # a header larger than this is a protocol violation
 MAX_PAYLOAD = 64 << 30
 MAX_FDS = 16                   # file descriptors one message may carry (shared arenas)
+STAGE_MARK = "kernelab-stage: "   # a sandbox's stderr line naming the evaluated code it runs next
 
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64, "float32": torch.float32, "float16": torch.float16,

@@ -12,6 +12,7 @@ import builtins
 import contextlib
 import copy
 import importlib.util
+import math
 import os
 import resource
 import sys
@@ -232,11 +233,11 @@ class Harness:
         self.models: list[torch.nn.Module] = []
         self.param_seeds: list[int] | None = None
         self.init_inputs: list[list[Any]] = []
+        self.oracle_chunks = 1                      # the memory plan's batch chunks for float64
         self.arenas: list[shared.Arena] = []        # the reference's sets, kept mapped
         self.timing_arena: shared.Arena | None = None
         self.timing_inputs: list[list[Any]] = []
         self.work: list[list[Any]] = []
-        self.noise: list[list[torch.Tensor | None]] = []
         self.weights: dict[int, torch.Tensor] = {}
         self.seeds: tuple[int, int] | None = None
         self.perturb_seed = self.fp_seed = 0
@@ -263,7 +264,9 @@ class Harness:
         self.ready = True
 
     def hello(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"device": self.device, "rss_peak_bytes": _rss_peak()}
+        arenas = self.arenas + ([self.timing_arena] if self.timing_arena is not None else [])
+        info: dict[str, Any] = {"device": self.device, "rss_peak_bytes": _rss_peak(),
+                                "arena_bytes": sum(a.nbytes for a in arenas)}
         if self.device != "cpu":
             props = torch.cuda.get_device_properties(0)
             free, total = torch.cuda.mem_get_info(0)
@@ -322,6 +325,36 @@ class Harness:
         require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
         return inputs
 
+    def probe_meta(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Sizes without memory: the model, the inputs and one forward on the meta device, so
+        that a problem far too large for the machine is refused before anything is allocated.
+        A reference that cannot run there (host-only code, an op without a meta kernel) gets
+        no estimate, and the real probe decides."""
+        self.setup(msg)
+        if self.module is None:
+            stage("import")
+            self.module = load_module(msg["path"], "kernelab_reference")
+            self.shapes = msg["shapes"]
+            self.defaults = {k: getattr(self.module, k, None) for consts in self.shapes for k in consts}
+        shapes = []
+        for idx in range(len(self.shapes)):
+            self.use_shape(idx)
+            try:
+                with torch.device("meta"), torch.no_grad():
+                    stage("get_init_inputs")
+                    init = self.module.get_init_inputs()
+                    stage("Model(...)")
+                    model = self.module.Model(*init)
+                    stage("get_inputs")
+                    inputs = list(self.module.get_inputs())
+                    stage("forward")
+                    outs = outputs_of(model(*inputs), "reference")
+            except Exception:  # the real probe reports the reference's own errors
+                return {"shapes": None}
+            tensors = [v for v in inputs if isinstance(v, _TENSOR)]
+            shapes.append(sizes_of(tensors, list(model.state_dict().values()), outs, 0))
+        return {"shapes": shapes}
+
     def probe(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Sizes for the memory plan: each shape's inputs, parameters and outputs, and the
         peak of one fp32 forward above its inputs (measured on the device)."""
@@ -339,14 +372,7 @@ class Harness:
                 outs = outputs_of(self.models[idx](*inputs), "reference")
             sync(self.device)
             peak = torch.cuda.max_memory_allocated() - before if self.device != "cpu" else 0
-            state = list(self.models[idx].state_dict().values())
-            elem = max((t.element_size() for t in tensors if t.is_floating_point()), default=4)
-            shapes.append({
-                "inputs_bytes": capture.nbytes(tensors), "params_bytes": capture.nbytes(state),
-                "outputs_bytes": capture.nbytes(outs),
-                "oracle_bytes": sum(o.numel() * torch.empty((), dtype=oracle_wire_dtype(o)).element_size()
-                                    for o in outs),
-                "peak_bytes": int(peak), "f64_factor": 8 / elem, "batch": _batch(tensors, outs)})
+            shapes.append(sizes_of(tensors, list(self.models[idx].state_dict().values()), outs, int(peak)))
             del inputs, tensors, outs
         return {"shapes": shapes, "info": self.hello()}
 
@@ -355,6 +381,7 @@ class Harness:
         trusted process maps; the state dicts in one more. Kept until the next load."""
         self.build(msg)
         self.release()
+        self.oracle_chunks = max(1, int(msg.get("oracle_chunks", 1)))
         state = [v.detach() for m in self.models for v in m.state_dict().values()]
         state_arena, slots = shared.pack(state, self.device)
         self.arenas.append(state_arena)
@@ -366,7 +393,7 @@ class Harness:
         n_gate, sets = len(msg["sets"]), []
         timing: list[list[Any]] = []
         for k, entry in enumerate(msg["sets"] + msg["timing_sets"]):
-            chunks = int(msg.get("oracle_chunks", 1)) if entry["shape"] == 0 else 1
+            chunks = self.oracle_chunks if entry["shape"] == 0 else 1
             record, views = self.make_set(entry, keep_oracle=k < n_gate, chunks=chunks)
             sets.append(record)
             if k >= n_gate:
@@ -462,7 +489,8 @@ class Harness:
         self.check_tamper("importing the candidate")
         if not hasattr(module, "ModelNew"):
             raise Refused("bad_candidate", "the candidate defines no ModelNew")
-        state, timing = self.open_arenas(msg, fds)
+        arenas = self.open_arenas(msg, fds)
+        state, timing = arenas[0], arenas[1] if len(arenas) > 1 else None
         try:
             for shape in msg["shapes"]:
                 model = on_device(self.device, None, lambda shape=shape: module.ModelNew(*shape["init_inputs"]))
@@ -476,7 +504,8 @@ class Harness:
                 self.models.append(model.to(self.device).eval())
         finally:
             state.close()
-        self.take_timing(msg["timing_sets"], timing)
+        if timing is not None:
+            self.take_timing(msg["timing_sets"], timing)
         return {"info": self.hello()}
 
     def retime(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -503,7 +532,7 @@ class Harness:
     def drop_timing(self, keep_arena: bool = False) -> None:
         """Forget timing buffers (captured graphs first: they point into them)."""
         self.graphs, self.graph_reps = None, 1
-        self.work, self.noise, self.weights, self.seeds = [], [], {}, None
+        self.work, self.weights, self.seeds = [], {}, None
         self.timing_inputs = []
         if not keep_arena and self.timing_arena is not None:
             self.timing_arena.close()
@@ -513,32 +542,51 @@ class Harness:
         """One gated forward on an input set the trusted process copied for this call; its
         outputs go back in a new arena (this process keeps no copy)."""
         [arena] = self.open_arenas(msg, fds)
+        layout = shared.Layout()
+        for out in msg.get("expect", []):
+            layout.add(wire.DTYPES[out["dtype"]], out["shape"])
+        out_arena = shared.Arena.allocate(self.device, layout.nbytes)
         try:
             args = self.rebuild_entry(msg, arena)
-            outs, report = self.gated_call(int(msg["shape"]), args, int(msg.get("poison_bytes", 0)))
-            out_arena, slots = shared.pack(outs, self.device)
+            outs, report, slots = self.gated_call(int(msg["shape"]), args, int(msg.get("poison_bytes", 0)),
+                                                  out_arena, layout.slots)
+            if slots is None:               # not the expected outputs: sent as they are
+                out_arena.close()
+                out_arena, slots = shared.pack(outs, self.device)
             sync(self.device)
+        except BaseException:
+            out_arena.close()
+            raise
         finally:
-            del args
             arena.close()
+        del args, outs
+        if self.device != "cpu":
+            torch.cuda.empty_cache()        # a gated call's blocks are not kept beside the timing's
         self.after_send.append(out_arena)
         return ({"report": report, "outputs": [s.to_json() for s in slots], "arenas": [out_arena.nbytes],
                  "kernels": dict(self.launches.kernels), "info": self.hello()}, [out_arena.export()])
 
-    def gated_call(self, shape: int, args: list[Any], poison_bytes: int) -> tuple[list[torch.Tensor], dict[str, Any]]:
-        """One forward with poisoned memory and op/launch counting. Whether it wrote into its
-        inputs is for the trusted process to see (it compares them with the reference's)."""
+    def gated_call(self, shape: int, args: list[Any], poison_bytes: int, out_arena: shared.Arena,
+                   expect: list[shared.Slot]) -> tuple[list[torch.Tensor], dict[str, Any], list[shared.Slot] | None]:
+        """One forward with poisoned memory and op/launch counting; its outputs are copied into
+        ``out_arena`` at once on the caller's stream when they have the expected shapes and
+        dtypes (that copy is also the snapshot the synchronisation rule compares). Whether it
+        wrote into its inputs is for the trusted process to see."""
         self.poison(poison_bytes)
         launches_before = sum(self.launches.kernels.values())
         if self.device != "cpu":
             self.launches.caller_stream = torch.cuda.current_stream()
+        slots: list[shared.Slot] | None = None
         try:
             with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
                 outs = flatten_outputs(self.models[shape](*args))
-                # Snapshot on the caller's stream at once, before any synchronisation (and
-                # before the profiler's own teardown): work still running on another stream
-                # when forward returned shows up as a difference.
-                snapshots = [o.clone() for o in outs] if self.device != "cpu" else outs
+                # Copied on the caller's stream at once, before any synchronisation (and before
+                # the profiler's own teardown): work still running on another stream when
+                # forward returned shows up as a difference.
+                if [(list(o.shape), o.dtype) for o in outs] == [(s.shape, wire.DTYPES[s.dtype]) for s in expect]:
+                    slots = expect
+                    for o, slot in zip(outs, slots, strict=True):
+                        out_arena.tensor(slot).copy_(o)
             ops = torch_compute_ops(prof.events())
         except RuntimeError as exc:
             if "profiler" not in str(exc).lower():
@@ -548,12 +596,20 @@ class Harness:
             self.launches.caller_stream = None
         sync(self.device)
         self.check_tamper("running forward")
+        unsynchronised = [] if slots is None else [
+            i for i, (o, slot) in enumerate(zip(outs, slots, strict=True)) if not same_bits(o, out_arena.tensor(slot))]
         report = {"outputs": describe(outs), "torch_ops": dict(ops),
                   "launches": sum(self.launches.kernels.values()) - launches_before,
-                  "poisoned": [poisoned_fraction(o) for o in outs],
-                  "unsynchronised": [i for i, (a, b) in enumerate(zip(outs, snapshots, strict=True))
-                                     if not same_bits(a, b)]}
-        return outs, report
+                  "poisoned": [poisoned_fraction(o) for o in outs], "unsynchronised": unsynchronised}
+        return outs, report, slots
+
+    def release_timing(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Drop the work buffers and graphs of the last comparison (a reference that was the
+        baseline), keeping the timing inputs: the next comparison makes its own."""
+        self.graphs, self.work, self.seeds, self.weights = None, [], None, {}
+        if self.device != "cpu":
+            torch.cuda.empty_cache()
+        return {}
 
     def poison(self, nbytes: int) -> None:
         """Fill memory the allocator will hand out next with NaN bytes, then free it.
@@ -612,22 +668,17 @@ class Harness:
         seeds = (int(msg["perturb_seed"]), int(msg["fp_seed"]))
         if self.seeds == seeds:
             return
-        self.graphs, self.graph_reps, self.work, self.noise, self.weights = None, 1, [], [], {}
+        self.graphs, self.graph_reps, self.work, self.weights = None, 1, [], {}
         self.perturb_seed, self.fp_seed = seeds
-        for inputs in self.timing_inputs:
-            self.work.append([v.clone() if isinstance(v, _TENSOR) else v for v in inputs])
-            self.noise.append([perturb.factors_like(v, self.perturb_seed, j) if perturb.perturbable(v)
-                               else None for j, v in enumerate(inputs)])
+        self.work = [[v.clone() if isinstance(v, _TENSOR) else v for v in inputs] for inputs in self.timing_inputs]
         self.seeds = seeds
     def perturbed_inputs(self, s: int, into: list[Any] | None = None) -> list[Any]:
-        """Sample ``s``'s inputs: its set's pristine values times 1 + EPS·rolled noise."""
-        i = s % len(self.timing_inputs)
-        pristine, noise = self.timing_inputs[i], self.noise[i]
+        """Sample ``s``'s inputs: its set's pristine values times 1 + EPS·noise of its own."""
+        pristine = self.timing_inputs[s % len(self.timing_inputs)]
         target = into if into is not None else [v.clone() if isinstance(v, _TENSOR) else v for v in pristine]
-        numels = [v.numel() if isinstance(v, _TENSOR) else 0 for v in pristine]
-        for j, k in enumerate(perturb.offsets(self.perturb_seed, s, len(pristine), numels)):
-            if noise[j] is not None:
-                perturb.perturb_into(target[j], pristine[j], noise[j], k)
+        for j, v in enumerate(pristine):
+            if perturb.perturbable(v):
+                perturb.perturb_into(target[j], v, self.perturb_seed, s, j)
         return target
 
     def forward(self, s: int) -> Any:
@@ -696,10 +747,13 @@ class Harness:
         return start.elapsed_time(end) / self.graph_reps, out
 
     def fingerprints(self, outs: list[torch.Tensor]) -> list[float]:
-        for j, o in enumerate(outs):
-            if self.weights.get(j) is None or self.weights[j].numel() != min(o.numel(), perturb.WEIGHTS_MAX):
-                self.weights[j] = perturb.weights_for(o.shape, self.fp_seed, j, o.device)
-        return [perturb.fingerprint(o, self.weights[j]) for j, o in enumerate(outs)]
+        return [perturb.fingerprint(o, self.weights_for(j, o)) for j, o in enumerate(outs)]
+
+    def weights_for(self, j: int, o: torch.Tensor, numel: int | None = None) -> torch.Tensor:
+        numel = o.numel() if numel is None else numel
+        if self.weights.get(j) is None or self.weights[j].numel() != min(numel, perturb.WEIGHTS_MAX):
+            self.weights[j] = perturb.weights_for(numel, self.fp_seed, j, o.device)
+        return self.weights[j]
 
     def calibrate(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.prepare_timing(msg)
@@ -759,30 +813,61 @@ class Harness:
         return self.oracle_models[shape]
 
     def oracle_fingerprints(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Reference sandbox only: the float64 oracle's fingerprints (and norms) for samples."""
-        self.prepare_timing(msg)
+        """Reference sandbox only: the float64 oracle's fingerprints (and norms) for samples,
+        computed in the memory plan's batch chunks (the parts' dot products and squared norms
+        add up to the whole's). It needs the comparison's seeds, not its work buffers."""
+        seeds = (int(msg["perturb_seed"]), int(msg["fp_seed"]))
+        if (self.perturb_seed, self.fp_seed) != seeds:
+            self.perturb_seed, self.fp_seed = seeds
+            self.weights = {}
         found = []
         for s in msg["samples"]:
-            inputs = [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else v
-                      for v in self.perturbed_inputs(int(s))]
-            with torch.no_grad():
-                outs = outputs_of(self.oracle(0)(*inputs), "reference (float64)")
-            found.append([{"fp": fp, "norm": float(torch.linalg.vector_norm(o)),
-                           "finite": bool(torch.isfinite(o).all())}
-                          for fp, o in zip(self.fingerprints(outs), outs, strict=True)])
+            inputs = self.perturbed_inputs(int(s))
+            batch = inputs_batch(inputs)
+            chunks = self.oracle_chunks if batch else 1
+            step = batch // chunks if batch else 0
+            parts = []
+            for c in range(chunks):
+                part = _slice_batch(inputs, batch, c * step, (c + 1) * step) if chunks > 1 else inputs
+                with torch.no_grad():
+                    outs = outputs_of(self.oracle(0)(*_as_double(part)), "reference (float64)")
+                parts.append(self.part_prints(outs, c * step, step * chunks if chunks > 1 else None))
+            found.append([{"fp": sum(p[j][0] for p in parts), "norm": math.sqrt(sum(p[j][1] for p in parts)),
+                           "finite": all(p[j][2] for p in parts)} for j in range(len(parts[0]))])
+            del inputs
         return {"samples": found}
 
+    def part_prints(self, outs: list[torch.Tensor], row: int, rows: int | None) -> list[tuple[float, float, bool]]:
+        """(fingerprint, squared norm, finite) of each output's part starting at batch ``row``
+        of ``rows`` (None: the whole output)."""
+        found = []
+        for j, o in enumerate(outs):
+            per_row = o[0].numel() if o.dim() else 1
+            w = self.weights_for(j, o, per_row * rows if rows else None)
+            found.append((perturb.fingerprint(o, w, row * per_row), float(o.double().square().sum()),
+                          gate.all_finite(o)))
+        return found
 
 
 SEPARABLE_TOL = 1e-5        # fp32: a batch slice of the outputs must match the whole's that closely
-STAGE_MARK = "kernelab-stage: "
 
 
 def stage(name: str) -> None:
     """Say on stderr which piece of evaluated code runs next, so that a crash that kills this
     process (os._exit, a segmentation fault) is reported with where it happened."""
     with contextlib.suppress(OSError):
-        os.write(2, f"\n{STAGE_MARK}{name}\n".encode())
+        os.write(2, f"\n{wire.STAGE_MARK}{name}\n".encode())
+
+
+def sizes_of(tensors: list[torch.Tensor], state: list[torch.Tensor], outs: list[torch.Tensor],
+             peak: int) -> dict[str, Any]:
+    """One shape's sizes, as the memory plan reads them (``plan.ShapeProbe``)."""
+    elem = max((t.element_size() for t in tensors if t.is_floating_point()), default=4)
+    return {"inputs_bytes": capture.nbytes(tensors), "params_bytes": capture.nbytes(state),
+            "outputs_bytes": capture.nbytes(outs),
+            "oracle_bytes": sum(o.numel() * torch.empty((), dtype=oracle_wire_dtype(o)).element_size()
+                                for o in outs),
+            "peak_bytes": peak, "f64_factor": 8 / elem, "batch": _batch(tensors, outs)}
 
 
 def _rss_peak() -> int:
@@ -866,7 +951,11 @@ def error_reply(exc: BaseException, where: str) -> dict[str, Any]:
     lines = str(exc).strip().splitlines()
     reply: dict[str, Any] = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}",
                              "where": where, "traceback": traceback.format_exc()[-3000:]}
-    if isinstance(exc, Refused):
+    if isinstance(exc, SystemExit):
+        reply["error"] = f"called sys.exit({exc.code!r}) while {where.replace('_', ' ')}"
+    elif isinstance(exc, KeyboardInterrupt):
+        reply["error"] = f"raised KeyboardInterrupt while {where.replace('_', ' ')}"
+    elif isinstance(exc, Refused):
         reply.update(rule=exc.rule, error=str(exc), evidence=exc.evidence)
     elif getattr(type(exc), "kernelab_rule", None) == "compile":   # the CUDA loader's CompileError
         log = str(getattr(exc, "log", ""))
@@ -898,8 +987,8 @@ def machine_fingerprint(msg: dict[str, Any]) -> dict[str, Any]:
 def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
     harness = Harness()
     plain = {
-        "probe": harness.probe, "capture": harness.capture, "calibrate": harness.calibrate,
-        "block": harness.block, "hot": harness.hot, "graphs": harness.use_graphs,
+        "probe_meta": harness.probe_meta, "probe": harness.probe, "capture": harness.capture,
+        "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot, "graphs": harness.use_graphs,
         "oracle_fingerprints": harness.oracle_fingerprints, "fingerprint": machine_fingerprint,
     }
     with_fds = {"load_candidate": harness.load_candidate, "retime": harness.retime, "load_peer": harness.load_peer}
