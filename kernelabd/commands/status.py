@@ -14,6 +14,10 @@ from store.status import daemon as daemon_row
 from store.status import snapshot
 
 
+def _times(value: float | None) -> str:
+    return f"{value:.3f}x" if value is not None else "—"
+
+
 def _render(data: dict, daemon: dict | None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -23,16 +27,15 @@ def _render(data: dict, daemon: dict | None) -> None:
         console.print("daemon: never ran with this home")
     else:
         age = time.time() - (daemon["heartbeat_at"] or 0)
-        alive = daemon["status"] != "stopped" and age < 10
-        console.print(f"daemon: {'up' if alive else 'down'} (pid {daemon['pid']}, "
+        console.print(f"daemon: {'up' if daemon['up'] else 'down'} (pid {daemon['pid']}, "
                       f"{daemon['status']}, heartbeat {age:.0f} s ago)")
-    table = Table("id", "problem", "state", "device", "cand", "fail", "acc", "speedup",
-                  "best / error")
+    table = Table("id", "problem", "state", "device", "cand", "fail", "acc", "× reference",
+                  "× best peer", "best / error")
     for job in data["jobs"]:
-        speed = f"{job['best_speedup']:.3f}x" if job["best_speedup"] is not None else "—"
         table.add_row(str(job["id"]), job["problem"], job["state"], job["device"] or "—",
                       str(job["candidates"]), str(job["gate_failures"]), str(job["accepted"]),
-                      speed, job["error"] or job["best_file"] or job["stop_reason"] or "")
+                      _times(job["best_speedup"]), _times(job["speedup_vs_best_peer"]),
+                      job["error"] or job["best_file"] or job["stop_reason"] or "")
     console.print(table)
     for dev in data["devices"]:
         sample = dev["sample"] or {}
