@@ -27,8 +27,9 @@ PEER_MODES = ("compile", "compile_max_autotune")
 """The torch.compile modes a job's peers are timed in beside eager: ``jobs.peers`` holds
 ``MODE_ms`` and ``MODE_speedup`` (eager_ms / MODE_ms, measured in interleaved A/B) for each."""
 
-PEER_LABELS = {"eager": "eager", "compile": "torch.compile",
-               "compile_max_autotune": "torch.compile max-autotune"}
+PEER_LABELS = {"eager": "eager", "compile": "compile", "compile_max_autotune": "max-autotune"}
+"""How each peer is named where it is shown: eager PyTorch, ``torch.compile`` by default and in
+``max-autotune-no-cudagraphs`` mode."""
 
 GIB = 2 ** 30
 
@@ -253,43 +254,41 @@ def describe_peers(peers: dict[str, Any] | None) -> str | None:
     return " · ".join(parts) or None
 
 
-def describe_plan(plan: dict[str, Any] | None) -> list[str]:
+def describe_plan(plan: dict[str, Any] | None, *, sizes: bool = True) -> list[str]:
     """The memory plan in a few short lines (GiB): what the job needs against what the device
-    and host have, how many input sets it uses, how the oracle is computed, and, when it does
-    not fit, why."""
+    and host have; how many input sets it uses and how the oracle is computed; with ``sizes``,
+    what each kind of tensor takes; and, when it does not fit, why."""
     if not isinstance(plan, dict):
         return []
-    verdict = "fits" if plan.get("fits") else "does not fit" if plan.get("fits") is False else "planned"
-    head = [f"memory plan: {verdict}"]
-    head.append(_needs("device", plan.get("needs_device_bytes"), plan.get("device_total_bytes"),
-                       plan.get("device_free_bytes"), plan.get("device")))
-    host = _needs("host", plan.get("needs_host_bytes"), plan.get("host_total_bytes"))
+    verdict = {True: "fits", False: "does not fit"}.get(plan.get("fits"), "planned")
     limit = _num(plan.get("sandbox_host_limit_bytes"))
-    head.append(host + (f" (sandbox limit {gib(limit)} GiB)" if host and limit else ""))
+    host = _needs("host", plan.get("needs_host_bytes"), plan.get("host_total_bytes"))
+    head = [f"memory plan: {verdict}",
+            _needs(f"device {plan.get('device') or ''}".strip(), plan.get("needs_device_bytes"),
+                   plan.get("device_total_bytes"), plan.get("device_free_bytes")),
+            host + (f" (sandbox limit {gib(limit)})" if host and limit else "")]
     sets = [f"{plan[k]} {label} sets" for k, label in (("gate_sets", "gate"), ("timing_sets", "timing"))
             if isinstance(plan.get(k), int)]
-    if plan.get("oracle"):
-        sets.append(f"oracle {plan['oracle']}")
-    if plan.get("variants"):
-        sets.append("variants " + ", ".join(map(str, plan["variants"])))
-    if plan.get("dropped"):
-        sets.append("dropped " + ", ".join(map(str, plan["dropped"])))
-    sizes = plan.get("bytes") if isinstance(plan.get("bytes"), dict) else {}
-    shown = [f"{name.replace('_', ' ')} {gib(v)}" for name, v in sizes.items() if _num(v) is not None]
-    if shown:
-        sets.append("GiB: " + ", ".join(shown))
+    sets += [f"oracle {plan['oracle']}"] if plan.get("oracle") else []
+    sets += [f"{key} " + ", ".join(map(str, plan[key])) for key in ("variants", "dropped")
+             if isinstance(plan.get(key), list) and plan[key]]
     lines = [" · ".join(p for p in head if p), " · ".join(sets)]
+    tensors = plan.get("bytes") if isinstance(plan.get("bytes"), dict) else {}
+    shown = [f"{name.replace('_', ' ')} {gib(v)}" for name, v in tensors.items() if _num(v) is not None]
+    if sizes and shown:
+        lines.append("GiB: " + " · ".join(shown))
     if plan.get("reason"):
         lines.append(str(plan["reason"]))
     return [line for line in lines if line]
 
 
-def _needs(where: str, needs: Any, total: Any, free: Any = None, name: Any = None) -> str:
+def _needs(where: str, needs: Any, total: Any, free: Any = None) -> str:
     if _num(needs) is None:
         return ""
-    text = f"{where}{f' {name}' if name else ''} needs {gib(needs)} GiB"
+    text = f"{where} needs {gib(needs)}"
     if _num(total) is not None:
         text += f" of {gib(total)}"
+    text += " GiB"
     if _num(free) is not None:
         text += f" ({gib(free)} free)"
     return text

@@ -349,7 +349,7 @@ def load_job_facts(conn: sqlite3.Connection, job_id: int) -> JobFacts:
                  parent_id=r["parent_id"], detail=r["detail"])
         for r in status.screened(conn, job_id))
     return JobFacts(peers=status.describe_peers(facts["peers"]),
-                    plan=tuple(status.describe_plan(facts["plan"])), screened=screened)
+                    plan=tuple(status.describe_plan(facts["plan"], sizes=False)), screened=screened)
 
 
 def _params(params: Any) -> str:
