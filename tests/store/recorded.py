@@ -49,8 +49,8 @@ def record_job(store: Store, name: str = "softmax", *, reference_ms: float = 2.0
     _, job_id = store.add_problem(NewProblem(name, f"/inbox/{name}.py", REF), job_config=config,
                                   always=True)  # type: ignore[misc]
     store.start_job(job_id, "cuda:0")
-    store.update_job(job_id, reference_ms=reference_ms, reference_noise=0.01,
-                     peers=json.dumps(peers) if peers else None, plan=json.dumps(plan) if plan else None)
+    facts = {name: json.dumps(value) for name, value in (("peers", peers), ("plan", plan)) if value}
+    store.update_job(job_id, reference_ms=reference_ms, reference_noise=0.01, **facts)
     parent, baseline = None, reference_ms
     for i, ms in enumerate(accepted_ms):
         cid = store.add_candidate(job_id, proposer="tune", source=f"# {i}", parent_id=parent,
