@@ -26,11 +26,10 @@ COMMAND_STATES: dict[str, frozenset[str]] = {
     "priority": frozenset({"queued", "running", "paused", "interrupted"}),
 }
 """Each job command and the states (as ``store.status.shown_state`` shows them) it applies to:
-the daemon's ``Scheduler.apply`` enforces it and the TUI greys out what it would reject. Resuming
-a queued job is a no-op that succeeds, so that a resume posted while no daemon ran, for a job the
-daemon's start then requeued, is not reported as refused."""
+the daemon's ``Scheduler.apply`` enforces it, and the TUI explains instead of sending what it
+would reject. Resuming a queued job is a no-op that succeeds, so that a resume posted while no
+daemon ran, for a job the daemon's start then requeued, is not reported as refused."""
 
-VERBS = tuple(COMMAND_STATES)
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR}
 

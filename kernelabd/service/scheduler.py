@@ -201,9 +201,10 @@ class Scheduler:
             self.interrupt(job_id, "paused")
             return "done", "paused"
         if verb == "resume":
-            if state != "queued":
-                self.store.hand_over(job_id)
-            return "done", "queued" if state != "queued" else "already queued"
+            if state == "queued":
+                return "done", "already queued"
+            self.store.hand_over(job_id)
+            return "done", "queued"
         if verb == "cancel":
             self.interrupt(job_id, job["state"])
             self.recorder.end_job(job_id, "cancelled", "cancelled by a user", None)

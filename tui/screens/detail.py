@@ -6,7 +6,6 @@ the job screened."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -19,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from store import fingerprints
+from store import fingerprints, status
 from tui.data import (
     Block,
     Candidate,
@@ -87,13 +86,10 @@ def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
 
 
 def load_stages(conn: sqlite3.Connection, candidate_id: int) -> tuple[tuple[str, float], ...]:
-    """The wall seconds of each stage of the candidate's evaluation, as recorded."""
-    row = conn.execute("SELECT CASE WHEN json_valid(result) THEN json_extract(result, '$.stages') END "
-                       "FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
-    try:
-        stages = json.loads(row[0]) if row and row[0] else {}
-    except ValueError:
-        return ()
+    """The wall seconds of each stage of the candidate's evaluation, as recorded in its result."""
+    row = conn.execute("SELECT result FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
+    result = status.loads(row[0]) if row else None
+    stages = result.get("stages") if isinstance(result, dict) else None
     if not isinstance(stages, dict):
         return ()
     return tuple((k, float(v)) for k, v in stages.items() if isinstance(v, int | float))
