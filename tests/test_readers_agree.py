@@ -17,7 +17,7 @@ from store.db import connect
 from store.home import Home
 from store.records import Store
 from tests.store.recorded import PEERS, record_job
-from tests.tui.driving import settle
+from tests.tui.driving import until
 from tui.app import KernelabApp
 from tui.screens.detail import JobDetail
 from tui.widgets.queue import COLUMNS, JobTable
@@ -35,17 +35,14 @@ async def tui_view(db: Path, job_id: int) -> tuple[dict[str, str], str, tuple[fl
     """The job's queue cells by column, its detail summary, and the numbers behind them."""
     app = KernelabApp(db)
     async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
         table = app.screen.query_one(JobTable)
-        row = table.get_row(str(job_id))
-        cells = {key: str(cell) for (_, key), cell in zip(COLUMNS, row, strict=True)}
+        await until(pilot, lambda: table.row_count, "the queue")
+        cells = {key: str(cell) for (_, key), cell in zip(COLUMNS, table.get_row(str(job_id)), strict=True)}
         job = next(j for j in app.screen.overview.jobs if j.id == job_id)   # type: ignore[attr-defined]
-        app.push_screen(JobDetail(job_id))
-        for _ in range(100):
-            await settle(pilot)
-            if app.screen.series is not None:                                 # type: ignore[attr-defined]
-                break
-        summary = str(app.screen.query_one("#summary").render())
+        detail = JobDetail(job_id)
+        app.push_screen(detail)
+        await until(pilot, lambda: detail.series is not None, "the job detail")
+        summary = str(detail.query_one("#summary").render())
     return cells, summary, (job.speedup, job.speedup_vs_best_peer)
 
 

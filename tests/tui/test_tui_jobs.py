@@ -14,7 +14,7 @@ from store import connect
 from store.records import Store
 from tests.store.recorded import dead_pid, legacy_database, record_job
 from tests.tui import tuidb
-from tests.tui.driving import make_app, settle
+from tests.tui.driving import make_app, settle, until
 from tui.screens.detail import JobDetail
 from tui.widgets.queue import JobTable
 from tui.widgets.status import StatusBar
@@ -22,14 +22,12 @@ from tui.widgets.status import StatusBar
 
 async def open_detail(pilot, job_id: int) -> JobDetail:
     table = pilot.app.screen.query_one(JobTable)
+    await until(pilot, lambda: job_id in [j.id for j in table._rows], f"job {job_id} in the queue")
     table.move_cursor(row=[j.id for j in table._rows].index(job_id))
     await pilot.press("enter")
-    for _ in range(100):
-        await settle(pilot)
-        screen = pilot.app.screen
-        if isinstance(screen, JobDetail) and screen.series is not None:
-            return screen
-    raise AssertionError(f"job {job_id}'s detail did not load")
+    await until(pilot, lambda: isinstance(pilot.app.screen, JobDetail) and pilot.app.screen.series is not None,
+                f"job {job_id}'s detail")
+    return pilot.app.screen
 
 
 def text(screen, selector: str) -> str:
@@ -40,8 +38,8 @@ async def test_every_queue_column_stays_in_view_with_kernelbench_names(db_path: 
     ids = tuidb.add_kernelbench_jobs(db_path)
     app = make_app(db_path)
     async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
         table = app.screen.query_one(JobTable)
+        await until(pilot, lambda: table.row_count == 6 + len(ids), "every job in the queue")
         assert table.virtual_size.width <= table.scrollable_content_region.width
         assert [str(c.label) for c in table.columns.values()][-5:] == ["×ref", "×peer", "dev", "pri", "kind"]
         shown = {table.get_row(str(i))[1] for i in ids}
@@ -60,8 +58,8 @@ async def test_an_interrupted_foreground_job_is_shown_and_can_be_resumed(db_path
     conn.close()
     app = make_app(db_path)
     async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
         table = app.screen.query_one(JobTable)
+        await until(pilot, lambda: table.row_count, "the queue")
         assert str(table.get_row("2")[2]) == "interrupted"
         assert "1 running · 1 interrupted" in str(app.screen.query_one(StatusBar).render())
         table.move_cursor(row=[j.id for j in table._rows].index(2))
