@@ -17,8 +17,11 @@ from kernelabd.config import DEFAULT_TOML
 from store.db import connect
 from store.home import Home
 from store.records import post_command
+from store.status import daemon_up, pid_alive
 
-VERBS = ("pause", "resume", "cancel", "retry", "priority")
+# pid_alive is the store's, named here too for the daemon and the doctor, which import it from us.
+__all__ = ["REFERENCE_SUFFIXES", "daemon_alive", "ensure_home", "home_option", "pid_alive", "post", "submit",
+           "submit_order", "wait_command"]
 REFERENCE_SUFFIXES = (".new.py", ".toml")   # dropped before the reference they belong to
 
 
@@ -53,8 +56,6 @@ def submit(home: Home, files: list[Path]) -> list[Path]:
 
 def post(home: Home, verb: str, job_id: int, arg: str | None = None) -> int:
     """Queue a job command for the daemon (a short write transaction on ``commands``)."""
-    if verb not in VERBS:
-        raise ValueError(f"unknown verb {verb!r}")
     conn = connect(home.db)
     try:
         if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
@@ -81,22 +82,10 @@ def wait_command(home: Home, command_id: int, timeout_s: float) -> dict[str, Any
         conn.close()
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process exists (one owned by another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def daemon_alive(conn: sqlite3.Connection, stale_s: float = 10.0) -> bool:
-    """Whether a daemon has beaten its heartbeat recently (it writes one every second)."""
+def daemon_alive(conn: sqlite3.Connection) -> bool:
+    """Whether a daemon is up on this database (``store.status.daemon_up`` of its heartbeat)."""
     row = conn.execute("SELECT heartbeat_at, status FROM daemon WHERE id = 1").fetchone()
-    return bool(row and row["heartbeat_at"] and row["status"] != "stopped"
-                and time.time() - row["heartbeat_at"] < stale_s)
+    return row is not None and daemon_up(row["heartbeat_at"], row["status"])
 
 
 def home_option(func: Any) -> Any:

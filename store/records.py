@@ -18,8 +18,18 @@ from typing import Any
 
 log = logging.getLogger("kernelab")
 
-JOB_STATES = ("queued", "running", "paused", "done", "failed", "cancelled", "invalid")
-ACTIVE_STATES = ("queued", "running")
+COMMAND_STATES: dict[str, frozenset[str]] = {
+    "pause": frozenset({"queued", "running", "interrupted"}),
+    "resume": frozenset({"paused", "interrupted", "queued"}),
+    "cancel": frozenset({"queued", "running", "paused", "interrupted"}),
+    "retry": frozenset({"failed", "cancelled", "invalid"}),
+    "priority": frozenset({"queued", "running", "paused", "interrupted"}),
+}
+"""Each job command and the states (as ``store.status.shown_state`` shows them) it applies to:
+the daemon's ``Scheduler.apply`` enforces it, and the TUI explains instead of sending what it
+would reject. Resuming a queued job is a no-op that succeeds, so that a resume posted while no
+daemon ran, for a job the daemon's start then requeued, is not reported as refused."""
+
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR}
 
@@ -107,7 +117,7 @@ class Store:
              problem.error, now)).lastrowid)
 
     def retry_job(self, job_id: int) -> None:
-        """Queue an ended job again; its problem is given another chance too."""
+        """Queue an ended job again, for the daemon; its problem is given another chance too."""
         now = time.time()
         with self.conn:
             self.conn.execute(
@@ -116,6 +126,22 @@ class Store:
             self.conn.execute(
                 "UPDATE jobs SET state = 'queued', error = NULL, stop_reason = NULL, "
                 "finished_at = NULL, updated_at = ? WHERE id = ?", (now, job_id))
+            self._drop_foreground(job_id)
+
+    def hand_over(self, job_id: int) -> None:
+        """Queue a stopped job for the daemon, keeping what it recorded: its in-flight candidate
+        goes back to ``pending`` and the foreground process that ran it (``kernelab port``, now
+        gone or paused) no longer owns it, so no reader shows it ``interrupted`` while the daemon
+        runs it."""
+        with self.conn:
+            self._interrupt(job_id, "queued")
+            self._drop_foreground(job_id)
+
+    def _drop_foreground(self, job_id: int) -> None:
+        row = self.conn.execute("SELECT config FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        config = json.loads(row[0] or "{}") if row else {}
+        if isinstance(config, dict) and config.pop("foreground_pid", None) is not None:
+            self.conn.execute("UPDATE jobs SET config = ? WHERE id = ?", (json.dumps(config), job_id))
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         row = self.conn.execute(
@@ -170,20 +196,22 @@ class Store:
     def interrupt_job(self, job_id: int, state: str) -> None:
         """Stop a running job without losing anything: the in-flight candidate goes back to
         ``pending`` so that it (and only it) is evaluated again when the job resumes."""
-        now = time.time()
         with self.conn:
-            self.conn.execute("UPDATE candidates SET state = 'pending' WHERE job_id = ? AND "
-                              "state = 'evaluating'", (job_id,))
-            self.conn.execute("UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
-                              (state, now, job_id))
+            self._interrupt(job_id, state)
+
+    def _interrupt(self, job_id: int, state: str) -> None:
+        self.conn.execute("UPDATE candidates SET state = 'pending' WHERE job_id = ? AND "
+                          "state = 'evaluating'", (job_id,))
+        self.conn.execute("UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
+                          (state, time.time(), job_id))
 
     def recover(self, keep: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
-        """After a crash, put jobs left ``running`` back in the queue (except ``keep``: jobs a
-        live foreground ``port`` owns)."""
+        """After a crash, hand jobs left ``running`` to the daemon's queue (except ``keep``: jobs
+        a live foreground ``port`` owns; one whose process died is the daemon's now)."""
         rows = [r[0] for r in self.conn.execute("SELECT id FROM jobs WHERE state = 'running'")]
         resumed = [jid for jid in rows if jid not in keep]
         for jid in resumed:
-            self.interrupt_job(jid, "queued")
+            self.hand_over(jid)
         return resumed
 
     def add_active_time(self, job_id: int, seconds: float) -> None:
@@ -321,10 +349,12 @@ def _clock_columns(clock: dict[str, Any] | None) -> tuple[Any, Any, Any, Any]:
 
 
 def post_command(conn: sqlite3.Connection, verb: str, job_id: int | None,
-                 arg: str | None = None, source: str = "cli") -> int:
+                 arg: str | None = None, source: str = "cli", ts: float | None = None) -> int:
     """Queue a request for the daemon: the one write a non-daemon process may make, a short
     transaction on the ``commands`` table that the daemon applies within a second."""
+    if verb not in COMMAND_STATES:
+        raise ValueError(f"unknown verb {verb!r}")
     with conn:
-        cid = conn.execute("INSERT INTO commands (ts, job_id, verb, arg, source) "
-                           "VALUES (?,?,?,?,?)", (time.time(), job_id, verb, arg, source)).lastrowid
+        cid = conn.execute("INSERT INTO commands (ts, job_id, verb, arg, source) VALUES (?,?,?,?,?)",
+                           (time.time() if ts is None else ts, job_id, verb, arg, source)).lastrowid
     return int(cid)

@@ -18,14 +18,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
 from store import StoreError
-from tui.data import Job, Overview, Reader, controls_available, send_command
+from tui.data import Overview, Reader, controls_available, send_command
 from tui.messages import DataChanged
+from tui.screens.controls import JobControls
 from tui.screens.dashboard import Dashboard
 from tui.screens.help import HelpScreen
 from tui.widgets.status import StatusBar, status_text
@@ -117,8 +119,11 @@ class KernelabApp(App[None]):
         owner.run_worker(work, thread=True, exclusive=True, exit_on_error=False,
                          group=f"load-{getattr(apply, '__name__', 'apply')}")
 
-    def send_command(self, verb: str, job: Job, arg: str | None = None) -> None:
+    @on(JobControls.CommandRequested)
+    def _command_requested(self, request: JobControls.CommandRequested) -> None:
         """Queue a command in a worker (the write may wait on the daemon's lock)."""
+        verb, job, arg = request.verb, request.job, request.arg
+
         def work() -> None:
             try:
                 send_command(self.db_path, verb, job.id, arg, now=self.now)

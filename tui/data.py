@@ -24,27 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store import StoreError, connect
+from store import StoreError, connect, status
+from store.records import post_command
 
 DEVICE_HISTORY = 40
 """Samples per device kept for the sparklines: about 40 s at the daemon's 1 Hz sampling."""
 
-HEARTBEAT_STALE_S = 15.0
-"""A daemon silent for longer than this is shown as down."""
-
-VERBS = ("pause", "resume", "cancel", "retry", "priority")
-
-ALLOWED_STATES: dict[str, frozenset[str]] = {
-    "pause": frozenset({"queued", "running"}),
-    "resume": frozenset({"paused"}),
-    "cancel": frozenset({"queued", "running", "paused"}),
-    "retry": frozenset({"failed", "cancelled", "invalid"}),
-    "priority": frozenset({"queued", "running", "paused"}),
-}
-"""Which job states each verb makes sense for; the daemon stays the authority and may reject."""
-
-STATE_ORDER = {"running": 0, "paused": 1, "queued": 2, "failed": 3, "invalid": 4,
-               "cancelled": 5, "done": 6}
+STATE_ORDER = {"running": 0, "interrupted": 1, "paused": 2, "queued": 3, "failed": 4, "invalid": 5,
+               "cancelled": 6, "done": 7}
 
 
 # ---------------------------------------------------------------- values shown on screen
@@ -62,8 +49,8 @@ class DaemonInfo:
     status: str | None
 
     def is_up(self, now: float) -> bool:
-        """Whether the daemon has written a heartbeat recently enough to be considered alive."""
-        return self.heartbeat_at is not None and now - self.heartbeat_at < HEARTBEAT_STALE_S
+        """Whether the daemon is alive, as every reader decides it (``store.status``)."""
+        return status.daemon_up(self.heartbeat_at, self.status, now)
 
 
 @dataclass(frozen=True)
@@ -110,7 +97,8 @@ class Device:
 
 @dataclass(frozen=True)
 class Job:
-    """One row of the queue."""
+    """One row of the queue, built from ``store.status.jobs`` so that its state and speedups are
+    those ``kernelab status`` and the reports show."""
 
     id: int
     problem: str
@@ -127,13 +115,45 @@ class Job:
     error: str | None
     stop_reason: str | None
     created_at: float
+    speedup: float | None = None
+    speedup_vs_best_peer: float | None = None
+    node: str | None = None
 
-    @property
-    def speedup(self) -> float | None:
-        """Reference time over the incumbent's, when both are known."""
-        if self.best_ms and self.reference_ms:
-            return self.reference_ms / self.best_ms
-        return None
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(id=row["id"], problem=row["problem"].removesuffix(".py"), kind=row["kind"],
+                   state=row["state"], device=row["device"], priority=row["priority"],
+                   candidates=row["candidates"], failures=row["gate_failures"], best_ms=row["best_ms"],
+                   reference_ms=row["reference_ms"], reference_noise=row["reference_noise"],
+                   sol_ms=row["sol_ms"], error=row["error"], stop_reason=row["stop_reason"],
+                   created_at=row["created_at"], speedup=row["best_speedup"],
+                   speedup_vs_best_peer=row["speedup_vs_best_peer"], node=row["node"])
+
+
+@dataclass(frozen=True)
+class Screened:
+    """One configuration a job screened: a quick time to choose what the gate and the A/B see,
+    never a result."""
+
+    id: int
+    status: str
+    ms: float | None
+    registers: int | None
+    spills: int | None
+    params: str
+    candidate_id: int | None
+    parent_id: int | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the job detail shows about the job as a whole: its peers, its memory plan and the
+    configurations it screened (each absent on jobs that did not record them)."""
+
+    peers: str | None = None
+    plan: tuple[str, ...] = ()
+    screened: tuple[Screened, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,19 +337,26 @@ def load_devices(conn: sqlite3.Connection, history: int = DEVICE_HISTORY) -> tup
     return tuple(devices)
 
 
-_JOBS_SQL = """
-SELECT j.id, p.name AS problem, j.kind, j.state, j.device, j.priority,
-       j.reference_ms, j.reference_noise, j.sol_ms, j.error, j.stop_reason, j.created_at,
-       (SELECT COUNT(*) FROM candidates c WHERE c.job_id = j.id) AS candidates,
-       (SELECT COUNT(*) FROM candidates c WHERE c.job_id = j.id
-              AND c.verdict IN ('fail', 'error')) AS failures,
-       (SELECT c.candidate_ms FROM candidates c WHERE c.id = j.best_candidate_id) AS best_ms
-FROM jobs j JOIN problems p ON p.id = j.problem_id
-"""
-
-
 def load_jobs(conn: sqlite3.Connection) -> tuple[Job, ...]:
-    return tuple(Job(**dict(row)) for row in conn.execute(_JOBS_SQL + " ORDER BY j.id"))
+    return tuple(Job.from_row(row) for row in status.jobs(conn))
+
+
+def load_job_facts(conn: sqlite3.Connection, job_id: int) -> JobFacts:
+    facts = status.job_facts(conn, job_id)
+    screened = tuple(
+        Screened(id=r["id"], status=r["status"], ms=_num(r["ms"]), registers=r["registers"],
+                 spills=r["spills"], params=_params(r["params"]), candidate_id=r["candidate_id"],
+                 parent_id=r["parent_id"], detail=r["detail"])
+        for r in status.screened(conn, job_id))
+    return JobFacts(peers=status.describe_peers(facts["peers"]),
+                    plan=tuple(status.describe_plan(facts["plan"], sizes=False)), screened=screened)
+
+
+def _params(params: Any) -> str:
+    """A configuration as ``NAME=value`` pairs, in the order the proposer gave them."""
+    if isinstance(params, dict):
+        return " ".join(f"{k}={v}" for k, v in params.items())
+    return "" if params is None else str(params)
 
 
 _CANDIDATE_COLUMNS = (
@@ -348,10 +375,10 @@ def _candidate(row: sqlite3.Row, ordinal: int) -> Candidate:
 
 def load_series(conn: sqlite3.Connection, job_id: int) -> JobSeries | None:
     """The job and its candidates in creation order, or None if the job does not exist."""
-    row = conn.execute(_JOBS_SQL + " WHERE j.id = ?", (job_id,)).fetchone()
-    if row is None:
+    rows = status.jobs(conn, job_id=job_id)
+    if not rows:
         return None
-    job = Job(**dict(row))
+    job = Job.from_row(rows[0])
     rows = conn.execute(f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE job_id = ? "
                         "ORDER BY id", (job_id,)).fetchall()
     return JobSeries(job=job, candidates=tuple(_candidate(r, i + 1) for i, r in enumerate(rows)))
@@ -517,14 +544,8 @@ def send_command(path: Path, verb: str, job_id: int, arg: str | None = None,
     A separate, short-lived connection in ``mode=rw`` (never creating, never migrating: the
     daemon owns the schema) keeps the long-lived reader read-only.
     """
-    if verb not in VERBS:
-        raise ValueError(f"unknown verb {verb!r}")
     conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=5.0)
     try:
-        with conn:
-            cursor = conn.execute(
-                "INSERT INTO commands (ts, job_id, verb, arg, source, status) "
-                "VALUES (?, ?, ?, ?, 'tui', 'pending')", (now(), job_id, verb, arg))
-        return int(cursor.lastrowid or 0)
+        return post_command(conn, verb, job_id, arg, source="tui", ts=now())
     finally:
         conn.close()

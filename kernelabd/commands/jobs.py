@@ -61,7 +61,9 @@ def _verb(name: str, doc: str) -> click.Command:
 
 
 for _name, _doc in (("pause", "Pause a queued or running job (a running one stops at once)."),
-                    ("resume", "Queue a paused job again; it resumes where it stopped."),
+                    ("resume", "Queue a paused or interrupted job again (an interrupted one's "
+                               "kernelab port died: the daemon takes it over); it resumes where it "
+                               "stopped."),
                     ("cancel", "Cancel a job; what it recorded stays."),
                     ("retry", "Queue a failed, cancelled or invalid job again.")):
     jobs.add_command(_verb(_name, _doc))

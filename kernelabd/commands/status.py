@@ -13,8 +13,21 @@ from store.home import Home, resolve_home
 from store.status import daemon as daemon_row
 from store.status import snapshot
 
+COLUMNS = ("id", "problem", "state", "device", "cand", "fail", "acc", "× reference", "× best peer")
+"""The table's columns; each job's best file, error or stop reason follows the table on a line
+of its own, so that a long path never squeezes the columns of an 80-column terminal."""
+
+
+NAME_MIN = 12
+"""The problem column's least width; a longer name folds onto more lines."""
+
+
+def _times(value: float | None) -> str:
+    return f"{value:.3f}x" if value is not None else "—"
+
 
 def _render(data: dict, daemon: dict | None) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -23,17 +36,26 @@ def _render(data: dict, daemon: dict | None) -> None:
         console.print("daemon: never ran with this home")
     else:
         age = time.time() - (daemon["heartbeat_at"] or 0)
-        alive = daemon["status"] != "stopped" and age < 10
-        console.print(f"daemon: {'up' if alive else 'down'} (pid {daemon['pid']}, "
+        console.print(f"daemon: {'up' if daemon['up'] else 'down'} (pid {daemon['pid']}, "
                       f"{daemon['status']}, heartbeat {age:.0f} s ago)")
-    table = Table("id", "problem", "state", "device", "cand", "fail", "acc", "speedup",
-                  "best / error")
+    rows, notes = [], []
     for job in data["jobs"]:
-        speed = f"{job['best_speedup']:.3f}x" if job["best_speedup"] is not None else "—"
-        table.add_row(str(job["id"]), job["problem"], job["state"], job["device"] or "—",
-                      str(job["candidates"]), str(job["gate_failures"]), str(job["accepted"]),
-                      speed, job["error"] or job["best_file"] or job["stop_reason"] or "")
+        rows.append((str(job["id"]), job["problem"], job["state"], job["device"] or "—",
+                     str(job["candidates"]), str(job["gate_failures"]), str(job["accepted"]),
+                     _times(job["best_speedup"]), _times(job["speedup_vs_best_peer"])))
+        note = job["error"] or job["best_file"] or job["stop_reason"]
+        if note:
+            notes.append(f"  {job['id']}: {note}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    for i, label in enumerate(COLUMNS):
+        # Every column keeps its width (``interrupted`` must read as a word); a long name folds.
+        widest = max([len(label), *(len(r[i]) for r in rows)])
+        table.add_column(label, min_width=NAME_MIN if label == "problem" else widest, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
+    for note in notes:
+        console.print(note, soft_wrap=True, highlight=False)
     for dev in data["devices"]:
         sample = dev["sample"] or {}
         extra = (f" {sample.get('util_pct')}% {sample.get('sm_clock_mhz')} MHz "

@@ -23,21 +23,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelabd.client import pid_alive
 from kernelabd.config import Config, ConfigError, load
 from kernelabd.service.ceilings import describe
 from kernelabd.service.security import inbox_problem
 from store.db import SCHEMA_VERSION, StoreError, connect
 from store.home import Home
+from store.status import HEARTBEAT_STALE_S, pid_alive
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
 PACKAGES = ("torch", "triton", "textual", "cuda-python", "nvidia-ml-py")
 # The WAL-reset corruption bug is fixed from this SQLite on (research: tui-daemon-ecosystem §5).
 SQLITE_FIXED = (3, 51, 3)
-# The daemon refreshes daemon.heartbeat_at every few seconds; a heartbeat older than this
-# means it died or its loop is wedged (the unit's watchdog is 30 s).
-HEARTBEAT_STALE_S = 60.0
 VOLTA_MAJOR = 7   # locked clocks need compute capability 7.0 or newer
 
 

@@ -10,12 +10,26 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from store.home import Home
 from store.records import Store
+from store.status import (
+    PEER_LABELS,
+    chain_speedup,
+    describe_peers,
+    describe_plan,
+    loads,
+    screened_count,
+    speedup_vs_best_peer,
+)
+
+STAGES = ("sandbox_start", "reference", "gate", "timing", "fingerprint")
+"""The stages an evaluation records wall seconds for (``CheckResult.stages``), in the order they
+run; a stage that did not run is absent, and one not named here is listed after these."""
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -37,17 +51,10 @@ def lineage(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return steps
 
 
-def _product(values: list[float | None]) -> float | None:
-    out = 1.0
-    for v in values:
-        if v is None:
-            return None
-        out *= v
-    return out
-
-
-def build_report(job: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
-    """The report's content; every number comes from a recorded measurement."""
+def build_report(job: dict[str, Any], candidates: list[dict[str, Any]],
+                 screened: int = 0) -> dict[str, Any]:
+    """The report's content; every number comes from a recorded measurement, and the derived
+    ones (speedups) from ``store.status``, as ``kernelab status`` and the TUI show them."""
     steps = lineage(candidates)
     best = next((c for c in candidates if c["id"] == job["best_candidate_id"]), None)
     result = json.loads(best["result"]) if best and best["result"] else {}
@@ -55,33 +62,73 @@ def build_report(job: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[
     for c in candidates:
         if c["verdict"] in ("fail", "error"):
             rules[c["rule"] or c["verdict"]] = rules.get(c["rule"] or c["verdict"], 0) + 1
-    speedups = [s["speedup"] for s in steps]
+    speedup = chain_speedup(s["speedup"] for s in steps) if best else None
+    peers, plan = (_object(job.get(key)) for key in ("peers", "plan"))
     sol_ms = job.get("sol_ms")
+    stages = evaluation_stages(candidates)
     return {
         "job": job["id"], "problem": f"{job['problem_name']}.py", "revision": job["revision"],
         "kind": job["kind"], "state": job["state"], "stop_reason": job["stop_reason"],
         "error": job["error"], "device": job["device"], "node": job.get("node"),
         "reference_ms": job["reference_ms"], "reference_noise": job["reference_noise"],
         "speed_of_light": _speed_of_light(job),
+        "peers": peers, "speedup_vs_best_peer": speedup_vs_best_peer(speedup, peers),
+        "plan": plan,
         "best": None if best is None else {
             "candidate": best["id"], "ms": best["candidate_ms"],
             "fraction_of_speed_of_light": (sol_ms / best["candidate_ms"]
                                            if sol_ms and best["candidate_ms"] else None),
-            "speedup_vs_reference": _product(speedups),
+            "speedup_vs_reference": speedup,
             # Each step's CI was measured against the step before; their product bounds the
             # total conservatively rather than being a CI of its own.
-            "speedup_ci_vs_reference": [_product([s["speedup_ci"][0] for s in steps]),
-                                        _product([s["speedup_ci"][1] for s in steps])],
+            "speedup_ci_vs_reference": [chain_speedup(s["speedup_ci"][0] for s in steps),
+                                        chain_speedup(s["speedup_ci"][1] for s in steps)],
             "last_step_speedup_ci": [best["speedup_lo"], best["speedup_hi"]],
             "max_rel_error": best["max_rel_error"], "tolerance": best["tolerance"],
             "clock": result.get("clock"), "device": result.get("device", job["device"]),
             "aa_noise": result.get("aa_noise"), "threshold": result.get("threshold"),
         },
         "lineage": steps,
-        "candidates": len(candidates), "accepted": len(steps),
+        "candidates": len(candidates), "accepted": len(steps), "screened": screened,
         "gate_failures": sum(rules.values()), "gate_failures_by_rule": rules,
+        "stages": stages, "stages_median": median_stages(stages),
         "active_s": job.get("active_s"), "generated_at": time.time(),
     }
+
+
+def _object(text: str | None) -> dict[str, Any] | None:
+    """A JSON object column (``jobs.peers``, ``jobs.plan``); None when absent or not an object."""
+    value = loads(text)
+    return value if isinstance(value, dict) else None
+
+
+def evaluation_stages(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each evaluated candidate's wall seconds per stage (what a candidate costs), from its
+    recorded result; candidates recorded without stages are left out."""
+    out = []
+    for c in candidates:
+        result = loads(c.get("result")) or {}
+        recorded = result.get("stages") if isinstance(result, dict) else None
+        if not isinstance(recorded, dict) or not recorded:
+            continue
+        seconds = {name: recorded[name] for name in _stage_order(recorded)
+                   if isinstance(recorded[name], int | float)}
+        out.append({"candidate": c["id"], "verdict": c["verdict"], "seconds": seconds,
+                    "wall_s": result.get("wall_s")})
+    return out
+
+
+def median_stages(stages: list[dict[str, Any]]) -> dict[str, float]:
+    """The median wall seconds of each stage over the evaluations that ran it."""
+    per: dict[str, list[float]] = {}
+    for entry in stages:
+        for name, value in entry["seconds"].items():
+            per.setdefault(name, []).append(float(value))
+    return {name: statistics.median(per[name]) for name in _stage_order(per)}
+
+
+def _stage_order(names: dict[str, Any]) -> list[str]:
+    return [n for n in STAGES if n in names] + sorted(n for n in names if n not in STAGES)
 
 
 def _speed_of_light(job: dict[str, Any]) -> dict[str, Any] | None:
@@ -109,28 +156,32 @@ def render_markdown(report: dict[str, Any]) -> str:
              + (f" on node {report['node']}" if report.get("node") else ""),
              f"- Reference: {_fmt(report['reference_ms'])} ms "
              f"(A/A noise {_fmt(report['reference_noise'], '.2%')})"]
+    peers = describe_peers(report.get("peers"))
+    if peers:
+        lines.append(f"- Peers (what the user already has, timed in interleaved A/B): {peers}")
     sol = report["speed_of_light"]
     if sol:
         reached = best and best["fraction_of_speed_of_light"]
         lines.append(f"- Speed of light: {_fmt(sol['ms'])} ms ({sol['bound']}-bound, from this "
                      "device's measured ceilings)"
                      + (f"; the best reaches {_fmt(reached, '.0%')} of it" if reached else ""))
+    plan = describe_plan(report.get("plan"))
+    if plan:
+        lines.append(f"- Memory plan: {plan[0].removeprefix('memory plan: ')}")
+        lines += [f"  - {line}" for line in plan[1:]]
     if report["error"]:
         lines.append(f"- Error: {report['error']}")
     if best is None:
         lines += ["", "No candidate passed the gate; there is no best file."]
     else:
-        lo, hi = best["speedup_ci_vs_reference"]
-        lines += [f"- Best: candidate #{best['candidate']}, {_fmt(best['ms'])} ms, "
-                  f"**{_fmt(best['speedup_vs_reference'], '.3f')}×** the reference "
-                  f"(product of step CIs [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}])",
-                  f"- Error vs float64 oracle: {_fmt(best['max_rel_error'], '.3g')} "
-                  f"(tolerance {_fmt(best['tolerance'], '.3g')})",
-                  f"- Clock state: {json.dumps(best['clock']) if best['clock'] else 'n/a (CPU)'}"]
+        lines += _best_lines(report, best)
     lines += ["", f"{report['candidates']} candidates, {report['accepted']} accepted, "
               f"{report['gate_failures']} rejected by the gate "
-              f"{json.dumps(report['gate_failures_by_rule']) if report['gate_failures'] else ''}",
-              "", "## Lineage of accepted edits", "",
+              f"{json.dumps(report['gate_failures_by_rule']) if report['gate_failures'] else ''}"]
+    if report.get("screened"):
+        lines.append(f"{report['screened']} configurations screened (a screened time only picks "
+                     "what goes on to the gate and the A/B; it is never a result)")
+    lines += ["", "## Lineage of accepted edits", "",
               "| # | parent | proposer | edit | ms | speedup | CI |",
               "|---|---|---|---|---|---|---|"]
     for s in report["lineage"]:
@@ -140,7 +191,33 @@ def render_markdown(report: dict[str, Any]) -> str:
                      f"{_fmt(s['speedup'], '.3f')} | [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}] |")
     lines += ["", "Each step's speedup was measured in interleaved A/B blocks against the step "
               "before it (the first against the reference).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _stage_lines(report))
+
+
+def _best_lines(report: dict[str, Any], best: dict[str, Any]) -> list[str]:
+    lo, hi = best["speedup_ci_vs_reference"]
+    peer = report.get("speedup_vs_best_peer")
+    label = PEER_LABELS.get((report.get("peers") or {}).get("best"), "")
+    versus = (f", **{_fmt(peer, '.3f')}×** the best peer" + (f" ({label})" if label else "")
+              if peer is not None else "")
+    return [f"- Best: candidate #{best['candidate']}, {_fmt(best['ms'])} ms, "
+            f"**{_fmt(best['speedup_vs_reference'], '.3f')}×** the reference{versus} "
+            f"(product of step CIs [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}])",
+            f"- Error vs float64 oracle: {_fmt(best['max_rel_error'], '.3g')} "
+            f"(tolerance {_fmt(best['tolerance'], '.3g')})",
+            f"- Clock state: {json.dumps(best['clock']) if best['clock'] else 'n/a (CPU)'}"]
+
+
+def _stage_lines(report: dict[str, Any]) -> list[str]:
+    """The median wall time of each stage of an evaluation (report.json lists every one)."""
+    median = report.get("stages_median") or {}
+    if not median:
+        return []
+    return ["## Time per evaluation", "",
+            f"Median wall seconds per stage over {len(report['stages'])} evaluations:", "",
+            "| " + " | ".join(name.replace("_", " ") for name in median) + " |",
+            "|" + "---|" * len(median),
+            "| " + " | ".join(f"{v:.3g}" for v in median.values()) + " |", ""]
 
 
 def write_results(store: Store, home: Home, job_id: int) -> Path | None:
@@ -159,7 +236,7 @@ def write_results(store: Store, home: Home, job_id: int) -> Path | None:
         if owner > job_id:
             return None
     candidates = store.candidates(job_id)
-    report = build_report(job, candidates)
+    report = build_report(job, candidates, screened_count(store.conn, job_id))
     folder.mkdir(parents=True, exist_ok=True)
     best = next((c for c in candidates if c["id"] == job["best_candidate_id"]), None)
     if best is not None:

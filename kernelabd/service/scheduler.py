@@ -10,7 +10,6 @@ evaluation; the interrupted evaluation is simply redone when the job resumes.
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import signal
@@ -23,7 +22,8 @@ from kernelabd.config import Config
 from kernelabd.service.devices import Device
 from kernelabd.service.recorder import RPC_METHODS, LocalRecorder
 from store.home import Home
-from store.records import Store
+from store.records import COMMAND_STATES, Store
+from store.status import foreground_pid, shown_state
 
 JOIN_S = 5.0
 
@@ -181,28 +181,33 @@ class Scheduler:
                              job_id=cmd["job_id"])
 
     def apply(self, verb: str, job_id: int, arg: str | None) -> tuple[str, str]:
-        """Carry out one job command; returns (done|rejected, what happened)."""
+        """Carry out one job command; returns (done|rejected, what happened). Which states a verb
+        applies to is ``store.records.COMMAND_STATES``, read against the state users are shown:
+        a job whose foreground ``kernelab port`` died is ``interrupted``, and the daemon takes it
+        over on ``resume``; one whose process still runs it is not the daemon's to command."""
         job = self.store.job(job_id)
         if job is None:
             return "rejected", f"no job {job_id}"
-        state = job["state"]
-        foreground = json.loads(job["config"] or "{}").get("foreground_pid")
-        if state == "running" and foreground and self.worker_for(job_id) is None:
-            return "rejected", f"job runs in the foreground (kernelab port, pid {foreground})"
+        state = shown_state(job["state"], job["config"])
+        owner = foreground_pid(job["config"])
+        if state == "running" and owner and self.worker_for(job_id) is None:
+            return "rejected", f"job runs in the foreground (kernelab port, pid {owner})"
+        if verb not in COMMAND_STATES or state not in COMMAND_STATES[verb]:
+            return "rejected", f"cannot {verb} a {state} job"
         if verb == "priority":
             self.store.update_job(job_id, priority=int(arg or "0"))
             return "done", f"priority {int(arg or '0')}"
-        if verb == "pause" and state in ("queued", "running"):
+        if verb == "pause":
             self.interrupt(job_id, "paused")
             return "done", "paused"
-        if verb == "resume" and state == "paused":
-            self.store.update_job(job_id, state="queued")
+        if verb == "resume":
+            if state == "queued":
+                return "done", "already queued"
+            self.store.hand_over(job_id)
             return "done", "queued"
-        if verb == "cancel" and state in ("queued", "running", "paused"):
-            self.interrupt(job_id, state)
+        if verb == "cancel":
+            self.interrupt(job_id, job["state"])
             self.recorder.end_job(job_id, "cancelled", "cancelled by a user", None)
             return "done", "cancelled"
-        if verb == "retry" and state in ("failed", "cancelled", "invalid"):
-            self.store.retry_job(job_id)
-            return "done", "queued"
-        return "rejected", f"cannot {verb} a {state} job"
+        self.store.retry_job(job_id)
+        return "done", "queued"

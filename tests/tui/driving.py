@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -34,3 +35,17 @@ async def settle(pilot: Pilot[None], timeout: float = 5.0) -> None:
             raise AssertionError(f"workers still busy after {timeout} s: {busy}")
         if busy:
             await pilot.pause(0.01)
+
+
+async def until(pilot: Pilot[None], condition: Callable[[], object], what: str,
+                timeout: float = 30.0) -> None:
+    """Settle until ``condition()`` holds: on a loaded machine a load can start after the
+    workers looked idle (the poller's next tick), so one settle is not always enough."""
+    deadline = time.monotonic() + timeout
+    while True:
+        await settle(pilot)
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not on screen after {timeout} s")
+        await pilot.pause(0.05)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-"""The repository root: the probe runs there so that ``tui`` is the package, whatever this
-test process has on ``sys.path`` (``tests/tui`` is a namespace portion of ``tui`` too)."""
+"""The repository root: the probe runs there, in a fresh interpreter, so that ``tui`` is the
+package of this tree and nothing this test process imported counts."""
 
 FORBIDDEN = ("torch", "triton", "cuda", "pynvml", "kernelabd")
 

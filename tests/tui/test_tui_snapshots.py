@@ -13,6 +13,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
+from tests.tui import tuidb
 from tests.tui.driving import make_app, settle
 
 
@@ -62,6 +63,13 @@ def test_dashboard(snap_compare, db_path: Path, size: tuple[int, int]) -> None:
     assert snap_compare(make_app(db_path), terminal_size=size, run_before=_loaded)
 
 
+def test_dashboard_with_kernelbench_names(snap_compare, db_path: Path) -> None:
+    """KernelBench's names (up to 60 characters) in a 140-column terminal: shortened in the
+    middle, every column of the queue in view."""
+    tuidb.add_kernelbench_jobs(db_path)
+    assert snap_compare(make_app(db_path), terminal_size=(140, 40), run_before=_loaded)
+
+
 def test_dashboard_softmax_selected(snap_compare, db_path: Path) -> None:
     async def select(pilot: Pilot[None]) -> None:
         await settle(pilot)
@@ -81,7 +89,7 @@ def test_dashboard_no_color(snap_compare, db_path: Path, monkeypatch: pytest.Mon
     assert snap_compare(make_app(db_path), terminal_size=(80, 24), run_before=_loaded)
 
 
-@pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5", "6"])
+@pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5", "6", "8"])
 def test_job_detail(snap_compare, db_path: Path, tab: str) -> None:
     async def open_detail(pilot: Pilot[None]) -> None:
         await _loaded(pilot)

@@ -98,12 +98,14 @@ def add_candidate(conn: sqlite3.Connection, job_id: int, *, edit: str, verdict: 
                   ms: float | None, accepted: bool = False, rule: str | None = None,
                   evidence: dict[str, object] | None = None, source: str | None = None,
                   parent_id: int | None = None, created_at: float = T0,
-                  reference_ms: float | None = None) -> int:
+                  baseline_ms: float | None = None) -> int:
     """Insert one finished candidate (as the daemon would) and return its id.
 
-    An accepted candidate also becomes the job's incumbent (``best_candidate_id``).
+    Its speedup is ``baseline_ms / ms``: the daemon times a candidate against the incumbent (the
+    first against the reference). An accepted candidate also becomes the job's incumbent
+    (``best_candidate_id``).
     """
-    speedup = reference_ms / ms if (reference_ms and ms) else None
+    speedup = baseline_ms / ms if (baseline_ms and ms) else None
     cur = conn.execute(
         "INSERT INTO candidates (job_id, parent_id, proposer, source, edit, state, verdict, "
         "rule, reason, evidence, max_rel_error, tolerance, candidate_ms, baseline_ms, speedup, "
@@ -113,7 +115,7 @@ def add_candidate(conn: sqlite3.Connection, job_id: int, *, edit: str, verdict: 
          verdict, rule,
          f"{rule} failed" if rule else None, json.dumps(evidence) if evidence else None,
          (evidence or {}).get("max_rel_error"), (evidence or {}).get("tolerance"), ms,
-         reference_ms, speedup, speedup and speedup * 0.98, speedup and speedup * 1.02,
+         baseline_ms, speedup, speedup and speedup * 0.98, speedup and speedup * 1.02,
          None if ms is None else int(accepted), int(accepted), created_at, created_at + 1))
     cand_id = int(cur.lastrowid or 0)
     if accepted:
@@ -126,19 +128,71 @@ def _candidates(conn: sqlite3.Connection, job_id: int, rows: list[tuple], refere
                 offset: float) -> list[int]:
     ids: list[int] = []
     incumbent: int | None = None
+    incumbent_ms = reference_ms
     for i, (edit, block, warps, verdict, ms, accepted, rule, evidence) in enumerate(rows):
         cand = add_candidate(conn, job_id, edit=edit, verdict=verdict, ms=ms, accepted=accepted,
                              rule=rule, evidence=evidence,
                              source=SOURCE.format(edit=edit, block=block, warps=warps),
                              parent_id=incumbent, created_at=T0 + offset + 20 * i,
-                             reference_ms=reference_ms)
+                             baseline_ms=incumbent_ms)
         if ms is not None:
-            _blocks(conn, cand, reference_ms, ms, T0 + offset + 20 * i)
+            _blocks(conn, cand, incumbent_ms, ms, T0 + offset + 20 * i)
             _fingerprint(conn, cand, block, warps)
+            _stages(conn, cand, i)
         if accepted:
-            incumbent = cand
+            incumbent, incumbent_ms = cand, ms
         ids.append(cand)
     return ids
+
+
+def _stages(conn: sqlite3.Connection, cand: int, i: int) -> None:
+    """The wall seconds of each stage of the evaluation, in the recorded result."""
+    stages = {"sandbox_start": 0.4, "reference": 1.5 if i == 0 else 0.0, "gate": 0.8 + 0.1 * (i % 3),
+              "timing": 3.2 + 0.2 * (i % 4), "fingerprint": 0.6}
+    conn.execute("UPDATE candidates SET result = ? WHERE id = ?",
+                 (json.dumps({"stages": stages, "wall_s": round(sum(stages.values()), 3)}), cand))
+
+
+SOFTMAX_PEERS = {"eager_ms": 0.42, "compile_ms": 0.362, "compile_max_autotune_ms": 0.35,
+                 "compile_speedup": 1.16, "compile_max_autotune_speedup": 1.2,
+                 "best": "compile_max_autotune", "errors": {}, "note": None}
+"""torch.compile beat eager on softmax: max-autotune by 1.2×, so ×peer is ×ref / 1.2."""
+
+LAYERNORM_PEERS = {"eager_ms": 0.251, "compile_ms": 0.262, "compile_max_autotune_ms": None,
+                   "compile_speedup": 0.958, "compile_max_autotune_speedup": None, "best": "eager",
+                   "errors": {"compile_max_autotune": "InductorError: out of shared memory"},
+                   "note": None}
+"""Eager beat the default compile and max-autotune failed: ×peer equals ×ref."""
+
+GIB = 2 ** 30
+
+SOFTMAX_PLAN = {"device": "cuda:0", "device_total_bytes": 150_000_000_000,
+                "device_free_bytes": 148_000_000_000, "host_total_bytes": 135_000_000_000,
+                "bytes": {"inputs": 268_435_456, "outputs": 268_435_456, "parameters": 0,
+                          "oracle": 536_870_912, "reference_peak": 805_306_368},
+                "gate_sets": 5, "timing_sets": 3, "variants": ["base", "scaled", "heavy"], "dropped": [],
+                "oracle": "whole", "needs_device_bytes": 6 * GIB, "needs_host_bytes": GIB // 2,
+                "sandbox_host_limit_bytes": 16 * GIB, "fits": True, "reason": None}
+
+# (parent, params, status, ms, registers, spills, detail, went on to the gate as)
+SCREENED = [
+    (5, {"BLOCK": 2048, "num_warps": 8}, "timed", 0.398, 32, 0, None, None),
+    (5, {"BLOCK": 2048, "num_warps": 16}, "timed", 0.371, 40, 0, None, 9),
+    (5, {"BLOCK": 4096, "num_warps": 16}, "spills", None, 255, 48, "ptxas: 48 bytes spilled", None),
+    (5, {"BLOCK": 8192, "num_warps": 32}, "too_big", None, None, None, "needs 256 KiB of shared memory",
+     None),
+    (5, {"BLOCK": 1024, "num_warps": 4}, "timed", 0.452, 24, 0, None, None),
+    (5, {"BLOCK": 2048, "num_warps": 2}, "failed", None, None, None, "CompilationError: num_warps", None),
+]
+
+
+def _screened(conn: sqlite3.Connection, job_id: int, candidates: list[int]) -> None:
+    for i, (parent, params, status, ms, regs, spills, detail, went) in enumerate(SCREENED):
+        conn.execute(
+            "INSERT INTO screened (job_id, parent_id, candidate_id, proposer, params, status, ms, "
+            "registers, spills, detail, created_at) VALUES (?, ?, ?, 'tune', ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, candidates[parent - 1], went and candidates[went - 1], json.dumps(params), status,
+             ms, regs, spills, detail, T0 + 200 + i))
 
 
 def _fingerprint(conn: sqlite3.Connection, cand: int, block: int, warps: int) -> None:
@@ -195,11 +249,11 @@ def build(path: Path) -> Path:
                      (T0, T0 + 600))
         softmax = _job(conn, _problem(conn, "softmax", 0), 0, state="running", device="cuda:0",
                        reference_ms=0.42, reference_noise=0.012, sol_ms=0.118,
-                       started_at=T0 + 1)
-        _candidates(conn, softmax, SOFTMAX, 0.42, 10)
+                       started_at=T0 + 1, peers=json.dumps(SOFTMAX_PEERS), plan=json.dumps(SOFTMAX_PLAN))
+        _screened(conn, softmax, _candidates(conn, softmax, SOFTMAX, 0.42, 10))
         layernorm = _job(conn, _problem(conn, "layernorm", 5), 5, kind="tune", state="running",
                          device="cuda:1", priority=1, reference_ms=0.251, reference_noise=0.02,
-                         sol_ms=0.061, started_at=T0 + 6)
+                         sol_ms=0.061, started_at=T0 + 6, peers=json.dumps(LAYERNORM_PEERS))
         _candidates(conn, layernorm, LAYERNORM, 0.251, 15)
         _job(conn, _problem(conn, "matmul_bias", 30), 30, priority=2)
         _job(conn, _problem(conn, "gelu", 40), 40, state="paused", device="cuda:0")
@@ -212,3 +266,21 @@ def build(path: Path) -> Path:
         _job(conn, bad, 50, state="invalid", error="get_inputs() raised ValueError")
     conn.close()
     return path
+
+
+KERNELBENCH = ("63_conv_standard_2D__square_input__square_kernel",
+               "58_conv_transposed_3D__asymmetric_input__asymmetric_kernel",
+               "23_Softmax", "97_ScaledDotProductAttention",
+               "44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean")
+"""KernelBench's own file names (levels 1 and 2), up to 60 characters (the last one)."""
+
+
+def add_kernelbench_jobs(path: Path) -> list[int]:
+    """Queue a job for each of ``KERNELBENCH``, as dropping the files unchanged would."""
+    conn = connect(path)
+    with conn:
+        ids = [_job(conn, _problem(conn, name, 60 + i), 60 + i, state="queued" if i else "running",
+                    device=None if i else "cuda:1", reference_ms=None if i else 3.1)
+               for i, name in enumerate(KERNELBENCH)]
+    conn.close()
+    return ids

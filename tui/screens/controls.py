@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 
-from tui.data import ALLOWED_STATES, Job
+from store.records import COMMAND_STATES
+from tui.data import Job
 from tui.screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
@@ -29,7 +31,15 @@ CONTROL_BINDINGS = [
 
 
 class JobControls(Screen[None]):
-    """A screen with a current job that the control keys act on."""
+    """A screen with a current job that the control keys act on. A control is posted as a
+    ``CommandRequested`` message, which the app writes to the database."""
+
+    class CommandRequested(Message):
+        """The user asked for ``verb`` (with ``arg``) on ``job``, and confirmed if asked to."""
+
+        def __init__(self, verb: str, job: Job, arg: str | None = None) -> None:
+            super().__init__()
+            self.verb, self.job, self.arg = verb, job, arg
 
     @property
     def kapp(self) -> KernelabApp:
@@ -46,17 +56,17 @@ class JobControls(Screen[None]):
         if verb == "cancel":
             def confirmed(answer: bool | None) -> None:
                 if answer:
-                    self.kapp.send_command(verb, job)
+                    self.post_message(self.CommandRequested(verb, job))
             self.app.push_screen(
                 ConfirmScreen(f"Cancel job {job.id} ({job.problem})? Its candidates are kept."),
                 confirmed)
             return
-        self.kapp.send_command(verb, job)
+        self.post_message(self.CommandRequested(verb, job))
 
     def action_priority(self, delta: int) -> None:
         job = self._controllable("priority")
         if job is not None:
-            self.kapp.send_command("priority", job, str(job.priority + delta))
+            self.post_message(self.CommandRequested("priority", job, str(job.priority + delta)))
 
     def _controllable(self, verb: str) -> Job | None:
         if not self.kapp.controls_on:
@@ -66,7 +76,7 @@ class JobControls(Screen[None]):
         if job is None:
             self.notify("no job selected", severity="warning")
             return None
-        if job.state not in ALLOWED_STATES[verb]:
+        if job.state not in COMMAND_STATES[verb]:
             self.notify(f"job {job.id} is {job.state}: nothing to {verb}", severity="warning")
             return None
         return job

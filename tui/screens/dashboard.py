@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -27,6 +27,12 @@ from tui.widgets.devices import DevicesPanel
 from tui.widgets.failures import FailuresTable
 from tui.widgets.queue import JobTable
 from tui.widgets.status import StatusBar
+
+CHART_MIN = 44
+"""Columns the convergence chart keeps when the queue would like more (the queue never takes
+less than ``QUEUE_SHARE`` of the screen)."""
+
+QUEUE_SHARE = 0.45
 
 
 class Dashboard(JobControls):
@@ -98,7 +104,21 @@ class Dashboard(JobControls):
         jobs = self.overview.jobs if self.overview else ()
         self.query_one(JobTable).show(sort_jobs(filter_jobs(jobs, self.filter_text),
                                                 self.sort_key))
+        self._size_queue()
         self._title_queue()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self._size_queue()
+
+    def _size_queue(self) -> None:
+        """Give the queue the width its names need whole, as far as the chart can spare it, so
+        that every column stays in view; the table shortens the names to what it gets."""
+        width = self.size.width
+        wanted = self.query_one(JobTable).full_width() + 2          # the queue's border
+        share = min(wanted, max(int(width * QUEUE_SHARE), width - CHART_MIN))
+        queue = self.query_one("#queue")
+        if queue.styles.width is None or queue.styles.width.value != share:
+            queue.styles.width = share
 
     def _title_queue(self) -> None:
         queue = self.query_one("#queue")

@@ -1,6 +1,8 @@
-"""One job in depth: candidates with their lineage and edits, and for the selected candidate
-its source, its diff against its parent, its timing distribution, clock state, gate verdict
-and, for an agent's candidate, the transcript of the exchanges that produced it."""
+"""One job in depth: its full name, peers and memory plan; candidates with their lineage and
+edits, and for the selected candidate its source, its diff against its parent, its timing
+distribution, clock state, gate verdict (with the wall time of each stage), the transcript of
+the exchanges that produced an agent's candidate and its machine code; and every configuration
+the job screened."""
 
 from __future__ import annotations
 
@@ -16,14 +18,17 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from store import fingerprints
+from store import fingerprints, status
 from tui.data import (
     Block,
     Candidate,
     Job,
+    JobFacts,
     JobSeries,
+    Screened,
     format_evidence,
     load_blocks,
+    load_job_facts,
     load_series,
     load_source,
     load_transcript,
@@ -35,7 +40,11 @@ from tui.widgets.queue import VIM_BINDINGS
 from tui.widgets.status import StatusBar
 from tui.widgets.timing import TimingHistogram
 
-TABS = ("source", "diff", "timing", "clock", "gate", "transcript", "machine")
+TABS = ("source", "diff", "timing", "clock", "gate", "transcript", "machine", "screened")
+SCREENED_COLUMNS = ("#", "status", "screened ms", "regs", "spills", "→ cand", "params", "detail")
+SCREENED_NOTE = ("Configurations screened by a quick timing, fastest first: a screened time only picks "
+                 "what goes on to the gate and the A/B against the incumbent; it is never a result.")
+SCREENED_STYLE = {"timed": "green", "spills": "yellow", "too_big": "yellow", "failed": "red", "wrong": "bold red"}
 NO_FINGERPRINT = ("(no fingerprint: candidates get one when evaluated on a GPU; "
                   "`kernelab fingerprint FILE --arch sm_90` makes one without)")
 
@@ -51,6 +60,11 @@ class CandidateView:
     lineage: tuple[Candidate, ...]
     transcript: tuple[dict[str, Any], ...] = ()
     machine: str = NO_FINGERPRINT
+    stages: tuple[tuple[str, float], ...] = ()
+
+
+Loaded = tuple[JobSeries | None, CandidateView | None, JobFacts]
+"""What one reload of the detail reads: the job's series, the selected candidate, the job's facts."""
 
 
 def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
@@ -68,7 +82,17 @@ def load_candidate_view(conn: sqlite3.Connection, series: JobSeries,
                          diff=parent_diff(parent_source, source, cand.parent_id, cand.id),
                          blocks=load_blocks(conn, cand.id), lineage=tuple(lineage),
                          transcript=load_transcript(conn, series.job.id, cand.id),
-                         machine=machine_text(conn, cand))
+                         machine=machine_text(conn, cand), stages=load_stages(conn, cand.id))
+
+
+def load_stages(conn: sqlite3.Connection, candidate_id: int) -> tuple[tuple[str, float], ...]:
+    """The wall seconds of each stage of the candidate's evaluation, as recorded in its result."""
+    row = conn.execute("SELECT result FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
+    result = status.loads(row[0]) if row else None
+    stages = result.get("stages") if isinstance(result, dict) else None
+    if not isinstance(stages, dict):
+        return ()
+    return tuple((k, float(v)) for k, v in stages.items() if isinstance(v, int | float))
 
 
 def machine_text(conn: sqlite3.Connection, cand: Candidate) -> str:
@@ -100,7 +124,7 @@ def candidate_cells(cand: Candidate) -> tuple[str | Text, ...]:
             cand.edit or "")
 
 
-def gate_text(cand: Candidate) -> str:
+def gate_text(cand: Candidate, stages: tuple[tuple[str, float], ...] = ()) -> str:
     lines = [f"verdict: {cand.verdict or cand.state}" + ("  (accepted)" if cand.accepted else "")]
     if cand.rule:
         lines.append(f"rule: {cand.rule}")
@@ -116,7 +140,17 @@ def gate_text(cand: Candidate) -> str:
     if cand.faster_than_noise is not None:
         lines.append("faster than noise" if cand.faster_than_noise
                      else "not faster than noise")
+    if stages:
+        lines.append("wall time: " + " · ".join(f"{name.replace('_', ' ')} {sec:.3g} s" for name, sec in stages))
     return "\n".join(lines)
+
+
+def screened_cells(row: Screened) -> tuple[str | Text, ...]:
+    return (str(row.id), Text(row.status, style=SCREENED_STYLE.get(row.status, "")),
+            f"{row.ms:.4g}" if row.ms is not None else "–",
+            str(row.registers) if row.registers is not None else "–",
+            str(row.spills) if row.spills is not None else "–",
+            f"#{row.candidate_id}" if row.candidate_id else "–", row.params, row.detail or "")
 
 
 def transcript_text(cand: Candidate, transcript: tuple[dict[str, Any], ...]) -> Text:
@@ -139,6 +173,35 @@ def transcript_text(cand: Candidate, transcript: tuple[dict[str, Any], ...]) -> 
         text.append(f"{ex['prompt']}\n")
         text.append("response\n", style="bold underline")
         text.append(f"{ex['response'] or '(none)'}\n\n")
+    return text
+
+
+def summary_text(job: Job, facts: JobFacts) -> Text:
+    """The job in a few lines: its full name and state, the reference and the best with both
+    speedups, the speed-of-light floor, the peers and the memory plan where recorded."""
+    ref = "–"
+    if job.reference_ms is not None:
+        ref = f"{job.reference_ms:.4g} ms ±{(job.reference_noise or 0):.1%}"
+    best = "–"
+    if job.best_ms:
+        ratios = [f"×{v:.2f} {label}" for v, label in ((job.speedup, "reference"),
+                                                        (job.speedup_vs_best_peer, "best peer")) if v]
+        best = f"{job.best_ms:.4g} ms" + (f" ({', '.join(ratios)})" if ratios else "")
+    sol = f"{job.sol_ms:.4g} ms" if job.sol_ms is not None else "–"
+    if job.sol_ms and job.best_ms:
+        sol += f" (best at {job.sol_ms / job.best_ms:.0%})"
+    device = job.device or "no device"
+    if job.node and job.device and not job.device.startswith(f"{job.node}/"):
+        device += f" @ {job.node}"
+    text = Text.assemble((f"#{job.id} {job.problem}", "bold"), f"  {job.kind} · ", (job.state, "bold"),
+                         f" · {device} · pri {job.priority}\nreference {ref} · best {best} · "
+                         f"speed of light {sol}")
+    if facts.peers:
+        text.append(f"\npeers: {facts.peers}")
+    for line in facts.plan:
+        text.append(f"\n{line}")
+    if job.stop_reason or job.error:
+        text.append(f"\n{job.stop_reason or job.error}", style="italic")
     return text
 
 
@@ -190,6 +253,7 @@ class JobDetail(JobControls):
         self.job_id = job_id
         self.series: JobSeries | None = None
         self.view: CandidateView | None = None
+        self.facts: JobFacts | None = None
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -213,12 +277,16 @@ class JobDetail(JobControls):
                         yield Static("", id="transcript-text")
                     with TabPane("7 machine", id="machine"), VerticalScroll():
                         yield Static("", id="machine-text")
+                    with TabPane("8 screened", id="screened"), Vertical():
+                        yield Static(SCREENED_NOTE, id="screened-note")
+                        yield DataTable(id="screened-table", cursor_type="row")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#candidates").border_title = "candidates"
         self.query_one("#blocks", DataTable).add_columns(
             "side", "block", "median ms", "SM MHz", "clock reasons", "°C", "W", "throttled")
+        self.query_one("#screened-table", DataTable).add_columns(*SCREENED_COLUMNS)
         self.query_one(CandidateTable).focus()
         self.reload()
 
@@ -227,25 +295,29 @@ class JobDetail(JobControls):
         selected = self.query_one(CandidateTable).selected_id
         job_id = self.job_id
 
-        def query(conn: sqlite3.Connection) -> tuple[JobSeries | None, CandidateView | None]:
+        def query(conn: sqlite3.Connection) -> Loaded:
             series = load_series(conn, job_id)
-            if series is None or not series.candidates:
-                return series, None
+            if series is None:
+                return None, None, JobFacts()
+            facts = load_job_facts(conn, job_id)
+            if not series.candidates:
+                return series, None, facts
             wanted = selected if selected is not None else series.candidates[-1].id
-            return series, load_candidate_view(conn, series, wanted)
+            return series, load_candidate_view(conn, series, wanted), facts
 
         self.kapp.load(self, query, self._apply)
 
-    def _apply(self, result: tuple[JobSeries | None, CandidateView | None] | None) -> None:
+    def _apply(self, result: Loaded | None) -> None:
         self.query_one(StatusBar).show(self.kapp.status_line(None))
         if result is None:
             return
-        series, view = result
+        series, view, facts = result
         self.series = series
         if series is None:
             self.query_one("#summary", Static).update(f"job {self.job_id} no longer exists")
             return
-        self.query_one("#summary", Static).update(self._summary(series.job))
+        self.query_one("#summary", Static).update(summary_text(series.job, facts))
+        self._show_screened(facts)
         table = self.query_one(CandidateTable)
         first_fill = not table.row_count
         table.show(series.candidates)
@@ -254,21 +326,17 @@ class JobDetail(JobControls):
         if view is not None and view.candidate.id == table.selected_id:
             self._show_view(view)
 
-    def _summary(self, job: Job) -> Text:
-        ref = "–"
-        if job.reference_ms is not None:
-            ref = f"{job.reference_ms:.4g} ms ±{(job.reference_noise or 0):.1%}"
-        best = f"{job.best_ms:.4g} ms (×{job.speedup:.2f})" if job.speedup and job.best_ms else "–"
-        sol = f"{job.sol_ms:.4g} ms" if job.sol_ms is not None else "–"
-        if job.sol_ms and job.best_ms:
-            sol += f" (best at {job.sol_ms / job.best_ms:.0%})"
-        text = Text.assemble((f"#{job.id} {job.problem}", "bold"), f"  {job.kind} · ",
-                             (job.state, "bold"), f" · {job.device or 'no device'} · "
-                             f"pri {job.priority}\nreference {ref} · best {best} · "
-                             f"speed of light {sol}")
-        if job.stop_reason or job.error:
-            text.append(f"\n{job.stop_reason or job.error}", style="italic")
-        return text
+    def _show_screened(self, facts: JobFacts) -> None:
+        if self.facts is not None and facts.screened == self.facts.screened:
+            self.facts = facts
+            return
+        self.facts = facts
+        table = self.query_one("#screened-table", DataTable)
+        table.clear()
+        for row in facts.screened:
+            table.add_row(*screened_cells(row), key=str(row.id))
+        self.query_one("#screened-note", Static).update(
+            SCREENED_NOTE if facts.screened else "No configuration screened in this job.")
 
     def _show_view(self, view: CandidateView) -> None:
         if view == self.view:
@@ -293,7 +361,7 @@ class JobDetail(JobControls):
                            f"{b.temperature_c:.0f}" if b.temperature_c is not None else "–",
                            f"{b.power_w:.0f}" if b.power_w is not None else "–",
                            "yes" if b.throttled else "no")
-        self.query_one("#gate-text", Static).update(gate_text(cand))
+        self.query_one("#gate-text", Static).update(gate_text(cand, view.stages))
         self.query_one("#transcript-text", Static).update(transcript_text(cand, view.transcript))
         self.query_one("#machine-text", Static).update(Text(view.machine))
 

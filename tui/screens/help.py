@@ -23,12 +23,15 @@ HELP = """\
   s            sort: state, priority, id, name, speedup
 
 [b]Job detail[/b]
-  1 … 7        source, diff vs parent, timing, clock, gate, agent transcript, machine code
+  1 … 8        source, diff vs parent, timing, clock, gate, agent transcript,
+               machine code, screened configurations (the job's)
   h  escape    back to the dashboard
 
 [b]Controls[/b] (written to the commands table; the daemon applies them)
   p pause   r resume   c cancel (asks first)   R retry   + / - priority
 
+Queue: ×ref speedup over the reference, ×peer over the best of eager and
+torch.compile; a long name is shortened in the middle (the job shows it).
 Chart: • candidate time, x gate failure (never timed), step line the
 incumbent, reference with its noise band, = speed-of-light floor.
 Controls are off when this user cannot write the database.

@@ -27,7 +27,7 @@ def status_text(overview: Overview | None, error: str | None, now: float,
                  "database)[/yellow]")
     if overview is not None:
         counts = Counter(j.state for j in overview.jobs)
-        queue = [f"{counts[s]} {s}" for s in ("running", "queued", "paused", "failed")
+        queue = [f"{counts[s]} {s}" for s in ("running", "interrupted", "queued", "paused", "failed")
                  if counts[s]]
         idle = f"idle, {len(overview.jobs)} ended" if overview.jobs else "no jobs"
         parts.append(" · ".join(queue) or idle)

@@ -1,0 +1,88 @@
+"""A ``kernelab port`` killed mid-job (as the out-of-memory killer would) leaves an
+``interrupted`` job, not a ``running`` one, in every reader; ``kernelab jobs resume`` hands it to
+the daemon, which finishes it from its recorded history."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from store.db import NotCreatedYet, StoreError, connect
+from store.home import Home
+from tui.data import load_jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kernelab(home: Home, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelabd", *args, "--home", str(home.root)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def mid_job(home: Home) -> bool:
+    """A candidate has been accepted and the next one is being evaluated."""
+    try:
+        conn = connect(home.db, readonly=True)
+    except (StoreError, NotCreatedYet):
+        return False
+    try:
+        accepted, flying = conn.execute("SELECT SUM(accepted), SUM(state = 'evaluating') FROM candidates").fetchone()
+    finally:
+        conn.close()
+    return bool(accepted) and bool(flying)
+
+
+def only_job(home: Home) -> dict:
+    (job,) = json.loads(kernelab(home, "status", "--json").stdout)["jobs"]
+    return job
+
+
+@pytest.mark.slow
+def test_a_killed_port_is_interrupted_then_resumed_and_finished_by_the_daemon(kit) -> None:
+    home = kit.home                                                          # a job of 2 candidates
+    port = subprocess.Popen([sys.executable, "-m", "kernelabd", "port", str(kit.examples / "softmax.py"),
+                             "--device", "cpu", "--home", str(home.root)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        kit.wait_for(lambda: mid_job(home), 240, "the foreground job to be mid-candidate")
+        os.kill(port.pid, signal.SIGKILL)
+        port.wait(10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(port.pid, signal.SIGKILL)       # its sandboxes, in the session it led
+        port.wait(10)
+
+    job = only_job(home)
+    assert job["state"] == "interrupted"
+    assert "interrupted" in kernelab(home, "status").stdout
+    reader = connect(home.db, readonly=True)
+    assert [j.state for j in load_jobs(reader)] == ["interrupted"]          # the TUI's reader
+    reader.close()
+
+    resumed = kernelab(home, "jobs", "resume", str(job["id"]))
+    assert resumed.returncode == 0 and "no daemon is running" in resumed.stdout
+    started = time.monotonic()
+    daemon = kernelab(home, "daemon", "--once", "--device", "cpu", timeout=400)
+    assert daemon.returncode == 0, daemon.stderr[-2000:]
+
+    done = only_job(home)
+    assert (done["state"], done["candidates"]) == ("done", 2), (done, time.monotonic() - started)
+    conn = connect(home.db, readonly=True)
+    states = [r[0] for r in conn.execute("SELECT state FROM candidates ORDER BY id")]
+    command = tuple(conn.execute("SELECT verb, status, result FROM commands").fetchone())
+    config = json.loads(conn.execute("SELECT config FROM jobs").fetchone()[0])
+    conn.close()
+    assert states == ["done", "done"]                                        # the in-flight one redone once
+    assert command == ("resume", "done", "already queued")                    # the daemon's start requeued it
+    assert "foreground_pid" not in config
+    report = json.loads((home.results / "softmax" / "report.json").read_text())
+    assert (report["job"], report["state"]) == (done["id"], "done")
+    assert report["best"]["speedup_vs_reference"] == done["best_speedup"]
