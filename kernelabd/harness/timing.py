@@ -22,7 +22,7 @@ from typing import Any
 from kernelabd.config import TimingConfig
 from kernelabd.harness import accept
 from kernelabd.harness.clocks import ClockSampler
-from kernelabd.harness.sandbox import Sandbox
+from kernelabd.harness.sandbox import Sandbox, SandboxError
 
 GRAPH_BELOW_MS = 0.010          # kernels faster than this are captured several times a replay
 GRAPH_TARGET_MS = 0.050         # … to this much work per replay
@@ -30,6 +30,8 @@ MAX_PAIRS = 400
 MAX_DISCARDS = 10
 HOT_TARGET_S = 0.1              # trusted-clock cross-check: this long of back-to-back calls
 HOT_ROUNDS = 2                  # … interleaved A, B, A, B; the fastest round per side is kept
+HOT_FLOOR_S = 10.0              # … and may always take this long …
+HOT_LIE_FACTOR = 20.0           # … or this many times what the side's own samples claimed
 TRUSTED_FLOOR_MS = 0.2          # below this per call, host overhead hides device time
 TRUSTED_RATIO = 0.5             # reported time may not be under half of what our clock saw
 TRUSTED_SPEEDUP_SLACK = 1.5     # cold (flushed) and hot speedups differ, but not by this much
@@ -192,10 +194,23 @@ class Comparison:
 
     def _trusted_ms(self, side: str, est_ms: float) -> float:
         """Per-call time of back-to-back calls (graph replays of ``reps`` calls each, in graph
-        mode), measured by our clock around the request."""
+        mode), measured by our clock around the request.
+
+        The calls are sized from the time the side itself reported, so a side that reported far
+        less than its calls take (work deferred past its timed calls) would make this run for
+        minutes: past HOT_LIE_FACTOR times what it claimed, that is the lie, found by our clock.
+        """
         k = int(min(2000, max(3, HOT_TARGET_S * 1000 / max(est_ms * self.reps, 1e-3))))
+        claimed_s = k * self.reps * est_ms / 1000
+        limit = min(self.deadline, time.monotonic() + max(HOT_FLOOR_S, HOT_LIE_FACTOR * claimed_s))
         t0 = time.monotonic()
-        self._ask(side, {"cmd": "hot", "k": k}, "timing back-to-back calls")
+        try:
+            self.boxes[side].request({"cmd": "hot", "k": k}, deadline=limit, what="timing back-to-back calls")
+        except SandboxError as exc:
+            if exc.kind != "timeout" or limit >= self.deadline:
+                raise
+            raise TimerMismatch(f"{side} reported {est_ms:.4g} ms a call, but {k} back-to-back calls did not "
+                                f"finish in {limit - t0:.1f} s by our clock") from None
         return (time.monotonic() - t0) * 1000 / (k * self.reps)
 
     def _trusted(self, est: dict[str, float]) -> dict[str, float]:

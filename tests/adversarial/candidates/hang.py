@@ -6,7 +6,7 @@ Source: eval-harness research §4 (sandbox deadlines); KernelBench timeouts.
 # reference: softmax
 # expect: timeout
 # device: cpu
-# timeout_s: 15
+# timeout_s: 30
 
 import torch.nn as nn
 
