@@ -111,3 +111,12 @@ def test_a_bf16_rounding_between_ops_is_kept():
                        inputs="torch.randn(4, 8)")
     found = attempt(source, Sidecar())
     assert "round_fp16" in found.edit and ".to(tl.float16).to(tl.float32)" in found.source
+
+
+def test_a_constant_made_in_forward_is_the_number_it_holds():
+    """fx keeps ``torch.tensor(0.25)`` as a constant of the traced module, which the candidate's
+    model does not have: one element is read as the number it is."""
+    source = reference("def forward(self, x):\n    return torch.maximum(x, torch.tensor(0.25)) * 2.0\n",
+                       inputs="torch.randn(4, 8)")
+    found = attempt(source, Sidecar())
+    assert "maximum" in found.edit and "float(0.25)" in found.source and "_tensor_constant" not in found.source

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from kernelabd.propose.template.graph import REDUCTIONS, Graph, Op, dtype_of, is_number
+from kernelabd.propose.template.canon import REDUCTIONS, Op, dtype_of, is_number
+from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
 
 
@@ -79,7 +80,7 @@ def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     dim %= len(shape)
     if not is_number(eps) or not _confirm_rms(g, shape, dim, float(eps), weight):
         return None
-    spec = rowwise.Rowwise("rms_norm", str(x[0].target), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
+    spec = rowwise.Rowwise("rms_norm", g.leaf(x[0]), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
                            eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1))
     return Match(*rowwise.render(spec, g.signature, *init))
 
@@ -242,7 +243,7 @@ def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
             except AttributeError:
                 continue
         return None
-    node = next((n for n in g.inputs if str(n.target) == value), None)
+    node = next((n for n in g.inputs if g.leaf(n) == value), None)
     return g.shape(node) if node is not None else None
 
 
