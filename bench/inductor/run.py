@@ -131,7 +131,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         best = min((ms[k] for k in ms if k.startswith("compile_")), default=None)
 
         def state(mode: str, r: dict[str, Any] = r) -> str:
-            p = r["ports"].get(mode, {})
+            p = r["ports"].get(mode)
+            if not p:
+                return "; ".join(r.get("errors", {}).values()) or "—"
             text = p.get("declined") or f"{p.get('verdict')}: {p.get('reason') or ''}"
             return text.replace("|", "\\|")[:90] + f" ({p.get('s')} s)"
 
@@ -154,7 +156,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--max-timing-s", type=float, default=10.0)
+    parser.add_argument("--deadline-s", type=float, default=540.0,
+                        help="start no problem after this many seconds (the table is still printed)")
     args = parser.parse_args()
+    start = time.monotonic()
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"      # the ports run under Triton's interpreter here
     from kernelabd.harness.problem import load_problem
@@ -163,6 +168,10 @@ def main() -> int:
     names = args.only or sorted(p.stem for p in args.problems.glob("*.py"))
     rows = []
     for name in names:
+        if time.monotonic() - start > args.deadline_s:
+            log(f"{name}: not started, past --deadline-s {args.deadline_s:.0f}")
+            rows.append({"problem": name, "ports": {}, "errors": {"run": "not started: past --deadline-s"}})
+            continue
         problem = load_problem(args.problems / f"{name}.py")
         log(f"{name}: generating ports ({', '.join(MODES)})")
         row: dict[str, Any] = {"problem": name, "device": args.device, "ports": generate(

@@ -96,7 +96,7 @@ def test_canonical_forms_reach_their_template_and_pass_the_real_gate(tmp_path, n
     ("def forward(self, x):\n    y = x * 2.0\n    v = y.view(-1)\n    v.relu_()\n    return y + 1.0\n",
      "torch.randn(4, 8)", "writes through a view"),
     # PyTorch's promotion makes the output fp32 from a bf16 input: no template stores that
-    ("def forward(self, x):\n    return x * self.w\n", f"torch.randn(4, 8, {BF16})", "the output is torch.float32"),
+    ("def forward(self, x):\n    return x * self.w\n", f"torch.randn(4, 8, {BF16})", "the result is torch.float32"),
     ("def forward(self, x):\n    return torch.cumsum(x, dim=1)\n", "torch.randn(4, 8)", "torch.cumsum (cumsum)"),
 ])
 def test_what_no_template_computes_is_declined_naming_the_node(forward, inputs, why):

@@ -131,6 +131,7 @@ SETTINGS: dict[str, tuple[tuple[str, float], ...]] = {
 PARAMETRISED = {*SETTINGS, "relu6", "clamp", "clamp_min", "clamp_max"}
 ROUNDING = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)   # what the templates load and store
+PRECISION = {torch.bfloat16: 8, torch.float16: 11, torch.float32: 24, torch.float64: 53}   # significand bits
 VIEW_LIKE = {"view", "transpose", "permute", "getitem", "cast", "identity", "getattr"}
 LITERAL_SIZES = (-1, 0, 1)
 """View sizes kept literal rather than read from a model attribute of equal value."""

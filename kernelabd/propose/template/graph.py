@@ -48,6 +48,7 @@ from kernelabd.propose.template.canon import (
     LITERAL_SIZES,
     METHODS,
     MORE_ELEMENTWISE,
+    PRECISION,
     ROUNDING,
     Expr,
     NotRecognised,
@@ -67,6 +68,7 @@ from kernelabd.propose.template.canon import (
 from kernelabd.propose.templates import common
 from kernelabd.service.capture import load_reference
 
+FX_CONSTANT = "_tensor_constant"   # how torch.fx's tracer names the tensors it meets in forward
 RENAMED = "_in"
 """The suffix of the inputs' names in a candidate whose operands are expressions over them."""
 
@@ -127,13 +129,11 @@ class Graph:
         return found
 
     def _constant(self, node: fx.Node) -> None:
-        """A tensor fx made while tracing (``torch.tensor(self.c)`` in forward becomes a
-        ``_tensor_constant0`` of the traced module, not of the model the candidate builds): one
-        element is the number it holds; anything larger no template reads."""
-        owner: Any = self.model
-        for part in str(node.target).split("."):
-            owner = getattr(owner, part, None)
-        if owner is not None or not is_tensor(node):
+        """A tensor fx made while tracing (``torch.tensor(self.c)`` in forward becomes an
+        attribute ``_tensor_constant0`` of the traced model, which the candidate's model, built by
+        the reference's constructor, does not have): one element is the number it holds;
+        anything larger no template reads."""
+        if not str(node.target).startswith(FX_CONSTANT) or not is_tensor(node):
             return
         value = getattr(self.gm, str(node.target), None)
         if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
@@ -257,21 +257,32 @@ class Graph:
                     found.add(dtype)
         return found
 
+    def stored_dtype(self) -> torch.dtype | None:
+        """The precision the reference's result keeps: the narrowest of the computed value's
+        dtype and of the casts the graph ends with (``softmax(x.float()).to(x.dtype)`` keeps
+        bf16; ``(a.half() @ b.half()).float()`` keeps fp16; ``log_softmax(x, dtype=float32)``
+        fp32). A template storing that dtype, then converted to the output's, returns what the
+        reference returns."""
+        dtypes = [dtype_of(self.out), *(dtype_of(n) for n in self.trailing if canon(n, self.gm).kind == "cast")]
+        known = [d for d in dtypes if d in PRECISION]
+        return min(known, key=PRECISION.__getitem__) if known else self.out_dtype
+
     def widest_output(self) -> str | None:
-        """Set the graph up so that each template stores at least the output's precision: the
-        templates store the dtype of an operand, so an output wider than the operands as read
-        (a bf16 input widened by ``.float()``, kept fp32 at the end) keeps the casts of inputs
-        (``keep_casts``). The reason when even that leaves an operand narrower than the output
+        """Set the graph up so that each template stores at least ``stored_dtype``'s precision:
+        the templates store the dtype of an operand, so a result wider than the operands as read
+        (a bf16 input widened by ``.float()`` and returned as fp32) keeps the casts of inputs
+        (``keep_casts``). The reason when even that leaves an operand narrower than the result
         (PyTorch's type promotion: a bf16 input times an fp32 parameter)."""
-        narrower = {d for d in self.operand_dtypes() if d != self.out_dtype and lossless(d, self.out_dtype)}
-        if not narrower:
+        stored = self.stored_dtype()
+        if stored not in PRECISION:
             return None
-        self.keep_casts = True
-        narrower = {d for d in self.operand_dtypes() if d != self.out_dtype and lossless(d, self.out_dtype)}
-        if narrower:
-            return (f"the output is {self.out_dtype} but an operand is {', '.join(sorted(map(str, narrower)))}: "
-                    "the templates store an operand's dtype")
-        return None
+        for keep in (False, True):
+            self.keep_casts = keep
+            narrower = {d for d in self.operand_dtypes() if PRECISION.get(d, 99) < PRECISION[stored]}
+            if not narrower:
+                return None
+        return (f"the result is {stored} but an operand is {', '.join(sorted(map(str, narrower)))}: "
+                "the templates store an operand's dtype")
 
     @property
     def half(self) -> bool:
