@@ -179,7 +179,8 @@ def test_a_graph_break_is_declined(proposed):
 def test_registered_proposes_once_per_job_and_never_retries_a_decline(monkeypatch):
     calls: list[str] = []
 
-    def fake(source: str, device: str, shapes: list[dict[str, Any]], timeout: float = 0) -> dict[str, Any]:
+    def fake(source: str, device: str, shapes: list[dict[str, Any]], timeout: float = 0,
+             mode: str = "default") -> dict[str, Any]:
         calls.append(device)
         return {"declined": "no"} if "decline" in source else {"source": "TUNABLES = {'a': [1, 2]}\na = 1\n",
                                                                 "edit": "inductor: x"}
@@ -255,6 +256,63 @@ def test_cuda_extern_mm_is_unsupported():
     args = (Arg("self.fc.weight", "tensor"), Arg("self.fc.bias", "tensor"), Arg("x", "tensor", True))
     with pytest.raises(Unsupported, match=r"extern_kernels\.mm"):
         port(cuda_capture("linear_relu_cuda.txt", args), LINEAR_RELU, False, helper_sources)
+
+
+MM_RELU = LINEAR_RELU.replace("rows, cols = 64, 48", "rows, cols = 16, 64")
+MM_ARGS = (Arg("self.fc.weight", "tensor"), Arg("self.fc.bias", "tensor"), Arg("x", "tensor", True))
+
+
+def test_max_autotune_template_launches_on_its_grid_with_its_warps_and_stages_tunable(tmp_path):
+    """max-autotune with Triton-only GEMM backends hands the matmul (bias and relu fused) to a
+    Triton template: the port launches it on the grid Inductor's wrapper computed, with the
+    warps and stages autotuning chose as TUNABLES; the block sizes stay in its body."""
+    p = port(cuda_capture("mm_template_cuda.txt", MM_ARGS), MM_RELU, False, helper_sources, "max-autotune")
+    assert_standalone(p.source)
+    assert p.kernels == ["triton_tem_fused_addmm_relu_0"]
+    assert p.defaults == {"num_warps": 4, "num_stages": 2}
+    assert 2 in p.tunables["num_stages"] and 8 in p.tunables["num_warps"]
+    assert "launch_triton_tem_fused_addmm_relu_0(arg1_1, arg2_1, arg0_1, buf1, 1, 1, 1)" in p.source
+    assert "triton_tem_fused_addmm_relu_0[(_grid_0, _grid_1, _grid_2)](in_ptr0, arg_A, arg_B, out_ptr1," in p.source
+    assert p.edit.startswith("inductor: 1 Triton kernel(s) from TorchInductor max-autotune")
+    assert_passes(gate(tmp_path, "mm_relu", MM_RELU, None, p.source))
+
+
+def test_max_autotune_choices_are_where_the_tunables_start():
+    chosen = {"triton_red_fused_mean_0": {"XBLOCK": 2, "R0_BLOCK": 128, "num_warps": 8, "num_stages": 3},
+              "triton_poi_fused_mean_sub_1": {"XBLOCK": 512, "num_warps": 2, "num_stages": 1}}
+    capture = Capture((FIXTURES / "center_cuda.txt").read_text(), CENTER_ARGS, "tensor", 1, "cuda:0", chosen)
+    p = port(capture, CENTER, False, helper_sources, "max-autotune")
+    assert p.defaults == {"XBLOCK_0": 2, "R0_BLOCK_0": 128, "num_warps_0": 8, "num_stages_0": 3,
+                          "XBLOCK_1": 512, "num_warps_1": 2}
+    assert all(value in p.tunables[name] for name, value in p.defaults.items())
+
+
+def test_max_autotune_is_declined_for_a_cpu_job():
+    answer = inductor.run_codegen(CENTER, "cpu", [{}], 60, "max-autotune")
+    assert answer == {"declined": "max-autotune benchmarks its choices on a GPU; there is none on a CPU job"}
+
+
+def test_a_gpu_job_gets_the_default_port_then_max_autotunes(monkeypatch):
+    asked: list[str] = []
+
+    def codegen(source: str, device: str, shapes: list[dict[str, Any]], timeout: float = 0,
+                mode: str = "default") -> dict[str, Any]:
+        asked.append(mode)
+        if "decline" in source and mode == "default":
+            return {"declined": "extern mm"}
+        return {"source": f"TUNABLES = {{'a': [1, 2]}}\na = 1\n# {mode}\n", "edit": f"inductor: {mode}"}
+
+    monkeypatch.setattr(inductor, "run_codegen", codegen)
+    proposer = InductorProposer(on_cpu=True)
+    first = proposer.propose(context("# ok", device="cuda:0"))
+    done = Candidate(id=1, proposer="inductor", source=first.source, state="done", verdict="pass")
+    second = proposer.propose(context("# ok", device="cuda:0", history=(done,)))
+    assert (first.edit, second.edit) == ("inductor: default", "inductor: max-autotune")
+    again = Candidate(id=2, proposer="inductor", source=second.source, state="done", verdict="pass")
+    assert proposer.propose(context("# ok", device="cuda:0", history=(done, again))) == Decline()
+    assert asked == ["default", "max-autotune"], "each mode's codegen runs once a job"
+    only = proposer.propose(context("# decline", device="cuda:0"))
+    assert only.edit == "inductor: max-autotune", "a default decline does not stop max-autotune"
 
 
 def test_libdevice_without_an_interpreter_equivalent_is_declined_for_cpu_jobs():

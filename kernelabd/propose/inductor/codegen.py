@@ -9,6 +9,7 @@ import ast
 import inspect
 import json
 import keyword
+import os
 import re
 import sys
 import textwrap
@@ -103,14 +104,30 @@ def use_stand_in_driver() -> None:
     driver.set_active(StandInDriver())
 
 
-def _configure(device: str) -> None:
+DEFAULT = "default"
+MAX_AUTOTUNE = "max-autotune"
+"""torch.compile's mode "max-autotune-no-cudagraphs" with only Triton in the GEMM and
+convolution backends, so that every choice it benchmarks is a Triton kernel a port can launch
+(ATen's would be cuBLAS calls, PyTorch compute outside Triton)."""
+MODES = (DEFAULT, MAX_AUTOTUNE)
+AUTOTUNE_COMPILE_THREADS = 8     # max-autotune compiles every choice before benchmarking it
+
+
+def _configure(device: str, mode: str = DEFAULT) -> None:
     import torch._dynamo.config as dynamo_config
+    import torch._inductor
     import torch._inductor.config as inductor_config
     import torch.fx.experimental._config as fx_config
 
     inductor_config.compile_threads = 1
     inductor_config.fx_graph_cache = False
     inductor_config.max_autotune = False
+    if mode == MAX_AUTOTUNE:
+        for key, value in torch._inductor.list_mode_options("max-autotune-no-cudagraphs").items():
+            setattr(inductor_config, key, value)
+        inductor_config.max_autotune_gemm_backends = "TRITON"
+        inductor_config.max_autotune_conv_backends = "TRITON"
+        inductor_config.compile_threads = min(AUTOTUNE_COMPILE_THREADS, os.cpu_count() or 1)
     inductor_config.triton.cudagraphs = False
     dynamo_config.force_parameter_static_shapes = False
     dynamo_config.force_nn_module_property_static_shapes = False
@@ -148,9 +165,32 @@ def _graph_input(node: Any) -> tuple[str, bool]:
     return str(name or node.name), bool(getattr(ga, "pass_arg_as_tensor", False))
 
 
-def capture(source: str, device: str, constants: dict[str, Any]) -> Capture:
+def chosen_configs(code: str, names: list[str]) -> dict[str, dict[str, int]]:
+    """What Inductor's autotuning chose for each kernel of the output module ``code``, once it
+    has run: ``{kernel: {"XBLOCK": …, "num_warps": …, "num_stages": …}}`` from each kernel's
+    remaining launcher (kernels that were not autotuned are left out)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    loaded = [*getattr(PyCodeCache, "modules", []), *list(sys.modules.values())]
+    modules = [m for m in loaded if m is not None and names and all(hasattr(m, n) for n in names)]
+    same = [m for m in modules if Path(getattr(m, "__file__", "") or "/").is_file()
+            and Path(m.__file__).read_text() == code]
+    found: dict[str, dict[str, int]] = {}
+    for module in (same or modules)[-1:]:
+        for name in names:
+            launchers = getattr(getattr(module, name), "launchers", None) or []
+            if len(launchers) == 1 and getattr(launchers[0], "config", None) is not None:
+                config = launchers[0].config
+                found[name] = {**{k: int(v) for k, v in config.kwargs.items() if isinstance(v, int)},
+                               "num_warps": int(config.num_warps), "num_stages": int(config.num_stages)}
+    return found
+
+
+def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEFAULT) -> Capture:
     """Run TorchInductor on the reference at one shape and take its output code (in-process:
-    call it only from the codegen subprocess)."""
+    call it only from the codegen subprocess). In max-autotune mode the compiled graph is run
+    once, so that Inductor benchmarks its choices on the device, and what it chose comes back
+    with the code (``Capture.configs``)."""
     import torch
     import torch._dynamo
     from torch._inductor.compile_fx import compile_fx
@@ -176,17 +216,23 @@ def capture(source: str, device: str, constants: dict[str, Any]) -> Capture:
         seen["gm"] = gm
         return compile_fx(gm, example_inputs)
 
+    run = mode == MAX_AUTOTUNE
+
     def hook(code: str) -> None:
         seen["code"] = code
-        raise _Captured
+        if not run:
+            raise _Captured
 
     GraphLowering.save_output_code = staticmethod(hook)
     with torch.no_grad():
         eager = model(*inputs)
         try:
-            torch.compile(model, backend=backend, fullgraph=True, dynamic=True)(*inputs)
+            compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=True)
+            compiled(*inputs)
+            if run:      # the first call autotuned; a second runs what it chose
+                compiled(*inputs)
         except Exception as exc:
-            if "code" not in seen:
+            if "code" not in seen or run:
                 msg = str(exc).strip().splitlines()
                 raise Unsupported(f"torch.compile failed: {type(exc).__name__}: {msg[0] if msg else ''}"
                                   [:300]) from exc
@@ -223,19 +269,26 @@ def capture(source: str, device: str, constants: dict[str, Any]) -> Capture:
             for g, o in zip(graph_out, outs, strict=True)):
         raise Unsupported("Dynamo's graph outputs are not the forward's outputs one for one")
     kind = "tensor" if isinstance(eager, torch.Tensor) else type(eager).__name__
+    configs = chosen_configs(seen["code"], _kernel_names(seen["code"])) if run else {}
     return Capture(code=seen["code"], args=tuple(args), output=kind, n_outputs=len(outs),
-                   device=device)
+                   device=device, configs=configs)
 
 
-def generate(source: str, device: str, shapes: list[dict[str, Any]]) -> dict[str, Any]:
+def _kernel_names(code: str) -> list[str]:
+    return re.findall(r"^(\w+) = async_compile\.triton\(", code, flags=re.M)
+
+
+def generate(source: str, device: str, shapes: list[dict[str, Any]], mode: str = DEFAULT) -> dict[str, Any]:
     """Capture and port the reference at every gate shape; the first shape's port when they all
     agree (in-process: call it only from the codegen subprocess)."""
-    _configure(device.split(":")[0] if device.startswith("cuda") else device)
+    if mode == MAX_AUTOTUNE and not device.startswith("cuda"):
+        return {"declined": "max-autotune benchmarks its choices on a GPU; there is none on a CPU job"}
+    _configure(device.split(":")[0] if device.startswith("cuda") else device, mode)
     interpreter = device == "cpu"
     first: Port | None = None
     for i, constants in enumerate(shapes):
         try:
-            p = port(capture(source, device, constants), source, interpreter, helper_sources)
+            p = port(capture(source, device, constants, mode), source, interpreter, helper_sources, mode)
         except Unsupported as exc:
             where = f" (at gate shape {constants})" if i else ""
             return {"declined": f"{exc}{where}"}
@@ -253,7 +306,7 @@ def _main() -> int:
     """Subprocess entry: a JSON request on stdin, the answer written to ``request["out"]``."""
     request = json.loads(sys.stdin.read())
     try:
-        answer = generate(request["source"], request["device"], request["shapes"])
+        answer = generate(request["source"], request["device"], request["shapes"], request.get("mode", DEFAULT))
     except Exception as exc:   # the reference is arbitrary code; any failure is a decline
         msg = str(exc).strip().splitlines()
         answer = {"declined": f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500]}

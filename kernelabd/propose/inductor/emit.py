@@ -64,14 +64,32 @@ class Launch:
     spaces: dict[str, list[int]]
 
 
+WARPS = [1, 2, 4, 8, 16]
+STAGES = [1, 2, 3, 4, 5]
+
+
 def launch_config(kernel: Kernel) -> Launch:
+    """The kernel's launch defaults and the tuner's space around them. A template's are what
+    Inductor's autotuning chose (block sizes stay in its body, since the wrapper's grid follows
+    them; ``num_warps`` and ``num_stages`` are tunable). For other kernels, what max-autotune
+    settled on when it ran (``Kernel.launch``) replaces the defaults drawn from the size hints;
+    either way the ``tune`` proposer continues from there, one edit at a time."""
+    if kernel.kind == "template":
+        return Launch(dict(kernel.launch), {"num_warps": sorted({2, 4, 8} | {kernel.launch["num_warps"]}),
+                                            "num_stages": sorted({*STAGES, kernel.launch["num_stages"]})})
+    hinted = _hinted_config(kernel)
+    chosen = {k: int(v) for k, v in kernel.launch.items() if k in hinted.defaults}
+    spaces = {k: sorted({*space, chosen[k]}) if k in chosen else space for k, space in hinted.spaces.items()}
+    return Launch({**hinted.defaults, **chosen}, spaces)
+
+
+def _hinted_config(kernel: Kernel) -> Launch:
     """Deterministic launch defaults from Inductor's size hints (what its heuristics read),
-    standing in for its autotuner: the ``tune`` proposer refines them one edit at a time."""
+    standing in for its autotuner."""
     hx = _pow2(kernel.size_hints.get("x", 1))
     hr = _pow2(kernel.size_hints.get("r0_", 1))
     d: dict[str, int] = {}
     s: dict[str, list[int]] = {}
-    warps = [1, 2, 4, 8, 16]
     if kernel.kind == "pointwise":
         if "YBLOCK" in kernel.constexprs:
             d["YBLOCK"] = min(32, _pow2(kernel.size_hints.get("y", 1)))
@@ -99,13 +117,18 @@ def launch_config(kernel: Kernel) -> Launch:
         d["num_warps"] = min(8, max(2, d["XBLOCK"] * d["R0_BLOCK"] // 256))
         d["num_stages"] = 1
         s["num_stages"] = [1, 2, 3, 4]
-    s["num_warps"] = warps
+    s["num_warps"] = WARPS
     return Launch(d, s)
 
 
 def launcher_source(kernel: Kernel, names: dict[str, str]) -> str:
     """``launch_<kernel>(...)``: grid and block sizes explicit, read from module-level tunables
     (``names`` maps XBLOCK/num_warps/... to this kernel's tunable names)."""
+    if kernel.kind == "template":
+        params = ", ".join(kernel.launcher_params)
+        return (f"def launch_{kernel.name}({params}):\n"
+                f"    {kernel.name}[({', '.join(kernel.extra_args)})]({', '.join(kernel.runtime_params)}, "
+                f"num_warps={names['num_warps']}, num_stages={names['num_stages']})\n")
     body: list[str] = []
     blocks: dict[str, str] = {}
     if kernel.kind == "persistent_reduction" and "R0_BLOCK" in kernel.constexprs:
@@ -160,6 +183,7 @@ class Port:
     tunables: dict[str, list[int]]
     defaults: dict[str, int]
     kernels: list[str]
+    mode: str = "default"          # the compile mode it came from (codegen.MODES)
 
     @property
     def source(self) -> str:
@@ -168,7 +192,8 @@ class Port:
     @property
     def edit(self) -> str:
         names = ", ".join(self.kernels)
-        return f"inductor: {len(self.kernels)} Triton kernel(s) from TorchInductor ({names})"
+        how = "" if self.mode == "default" else f" {self.mode}, its choices as TUNABLES"
+        return f"inductor: {len(self.kernels)} Triton kernel(s) from TorchInductor{how} ({names})"
 
 
 def _interpreter_block(libdevice_used: set[str], helpers_used: set[str]) -> str:
@@ -222,8 +247,10 @@ HelperSources = Callable[[set[str]], list[str]]
 reading them imports ``torch._inductor``, which only the codegen subprocess does)."""
 
 
-def port(capture: Capture, reference_source: str, interpreter: bool, helper_sources: HelperSources) -> Port:
-    """Inductor's captured output code as a standalone candidate; raises ``Unsupported``."""
+def port(capture: Capture, reference_source: str, interpreter: bool, helper_sources: HelperSources,
+         mode: str = "default") -> Port:
+    """Inductor's captured output code as a standalone candidate; raises ``Unsupported``.
+    ``mode`` names the compile mode (its edit line says which)."""
     import torch
     import triton
 
@@ -231,6 +258,9 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     if parts is None:
         raise Unsupported("the reference's Model.__init__ cannot be copied (missing or decorated)")
     kernels, call = parse_output_code(capture.code)
+    for k in kernels:
+        if k.kind != "template" and k.name in capture.configs:
+            k.launch = dict(capture.configs[k.name])
     call_src = rewrite_call(call, kernels)     # first: an extern kernel is the reason to give
     if not kernels:
         raise Unsupported("Inductor generated no Triton kernel for this graph")
@@ -280,4 +310,5 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
         body += "\n\n" + src
     body += RUNTIME + "\n\n" + call_src.rstrip() + "\n"
     body += common.model_class(parts[1], _forward(reference_source, capture))
-    return Port(body=body, head=head, tunables=tunables, defaults=defaults, kernels=[k.name for k in kernels])
+    return Port(body=body, head=head, tunables=tunables, defaults=defaults, kernels=[k.name for k in kernels],
+                mode=mode)

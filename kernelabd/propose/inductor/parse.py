@@ -10,8 +10,12 @@ from typing import Any
 
 from kernelabd.pysource import parse
 
-KERNEL_KINDS = ("pointwise", "reduction", "persistent_reduction")
+KERNEL_KINDS = ("pointwise", "reduction", "persistent_reduction", "template")
 GRID_AXES = {"Grid1D": ("x",), "Grid2D": ("x", "y")}
+FIXED_GRID = "FixedGrid"
+"""Inductor's Triton templates (max-autotune's matmuls and convolutions) are launched on a
+grid the wrapper computes for the block sizes autotuning chose, passed as three extra launcher
+arguments after the kernel's own."""
 BLOCKS = {"x": "XBLOCK", "y": "YBLOCK", "r": "R0_BLOCK"}
 
 
@@ -39,6 +43,8 @@ class Capture:
     output: str                  # tensor | tuple | list: what the reference's forward returns
     n_outputs: int
     device: str
+    # max-autotune's launch choices by kernel name (``codegen.chosen_configs``); {} otherwise
+    configs: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,10 +60,20 @@ class Kernel:
     grid_type: str
     text: str                              # ``def …`` through the end, decorators removed
     helpers: set[str] = field(default_factory=set)
+    # the launch configuration Inductor chose: a template's ``num_warps``/``num_stages`` from its
+    # decorator; for other kernels what max-autotune's run settled on (``codegen.chosen_configs``)
+    launch: dict[str, int] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)   # a template's grid, ``_grid_0``…
 
     @property
     def runtime_params(self) -> list[str]:
         return [p for p in self.params if p not in self.constexprs]
+
+    @property
+    def launcher_params(self) -> list[str]:
+        """What the wrapper's ``kernel.run(...)`` passes: the runtime parameters, then a
+        template's grid."""
+        return [*self.runtime_params, *self.extra_args]
 
 
 def dotted(node: ast.AST) -> str:
@@ -101,6 +117,8 @@ def parse_kernel(name: str, source: str) -> Kernel:
         raise Unsupported(f"kernel {name} is an Inductor {kind} kernel; only pointwise and "
                           "reduction kernels are ported")
     kwargs = {k.arg: k.value for k in heuristic.keywords if k.arg}
+    if kind == "template":
+        return _template_kernel(name, fn, kwargs, source)
     size_hints = ast.literal_eval(kwargs["size_hints"]) if "size_hints" in kwargs else {}
     hint = kwargs.get("reduction_hint")
     grid_type = _dict_value(kwargs.get("inductor_meta"), "grid_type") or "Grid1D"
@@ -122,6 +140,16 @@ def parse_kernel(name: str, source: str) -> Kernel:
         raise Unsupported(f"kernel {name}: a looped reduction without an R0_BLOCK parameter")
     if any(k in size_hints for k in ("r1_", "z")):
         raise Unsupported(f"kernel {name} tiles {sorted(size_hints)}; only x/y and one reduction dim are ported")
+    text, helpers = _body(name, fn, source)
+    return Kernel(name=name, kind=kind, params=params, constexprs=constexprs,
+                  size_hints={k: int(v) for k, v in size_hints.items()},
+                  reduction_hint=ast.unparse(hint).rsplit(".", 1)[-1] if hint is not None else None,
+                  grid_type=grid_type, text=text, helpers=helpers)
+
+
+def _body(name: str, fn: ast.FunctionDef, source: str) -> tuple[str, set[str]]:
+    """The kernel's ``def`` through its end with ``triton_helpers.f`` renamed ``th_f``, and
+    the helpers it uses; anything else of Inductor's runtime in it is refused."""
     lines = source.splitlines()
     text = "\n".join(lines[fn.lineno - 1:fn.end_lineno])
     helpers = set(re.findall(r"\btriton_helpers\.(\w+)", text))
@@ -129,10 +157,29 @@ def parse_kernel(name: str, source: str) -> Kernel:
     for forbidden in ("triton_heuristics", "triton_helpers", "torch."):
         if forbidden in text:
             raise Unsupported(f"kernel {name} refers to {forbidden.rstrip('.')} in its body")
-    return Kernel(name=name, kind=kind, params=params, constexprs=constexprs,
-                  size_hints={k: int(v) for k, v in size_hints.items()},
-                  reduction_hint=ast.unparse(hint).rsplit(".", 1)[-1] if hint is not None else None,
-                  grid_type=grid_type, text=text, helpers=helpers)
+    return text, helpers
+
+
+def _template_kernel(name: str, fn: ast.FunctionDef, kwargs: dict[str, ast.AST], source: str) -> Kernel:
+    """A Triton template kernel (``@triton_heuristics.template``): its block sizes are
+    constexpr definitions in its body, fixed by autotuning, and its grid comes from the wrapper
+    (``FIXED_GRID``); ``num_warps`` and ``num_stages`` are the launch's, and tunable."""
+    meta = kwargs.get("inductor_meta")
+    grid_type = _dict_value(meta, "grid_type")
+    extra = _dict_value(meta, "extra_launcher_args") or []
+    if grid_type != FIXED_GRID or len(extra) != 3:
+        raise Unsupported(f"template kernel {name} is launched on Inductor's {grid_type or 'grid function'}, "
+                          "not on a grid its wrapper computes")
+    if any(a.annotation is not None for a in fn.args.args):
+        raise Unsupported(f"template kernel {name} takes constexpr parameters")
+    try:
+        launch = {k: int(ast.literal_eval(kwargs[k])) for k in ("num_warps", "num_stages")}
+    except (KeyError, ValueError) as exc:
+        raise Unsupported(f"template kernel {name} has no literal num_warps/num_stages") from exc
+    text, helpers = _body(name, fn, source)
+    return Kernel(name=name, kind="template", params=[a.arg for a in fn.args.args], constexprs=[],
+                  size_hints={}, reduction_hint=None, grid_type=FIXED_GRID, text=text, helpers=helpers,
+                  launch=launch, extra_args=[str(a) for a in extra])
 
 
 def parse_output_code(code: str) -> tuple[list[Kernel], ast.FunctionDef]:

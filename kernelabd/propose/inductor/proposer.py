@@ -7,14 +7,12 @@ import hashlib
 import json
 import logging
 import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from kernelabd.harness.check import gate_shapes
 from kernelabd.propose.base import Decline, JobContext, Proposal, ProposerUnavailable
+from kernelabd.propose.inductor.codegen import DEFAULT, MODES
+from kernelabd.propose.isolated import run_json
 from kernelabd.propose.tune import params_of
 
 log = logging.getLogger("kernelab.propose.inductor")
@@ -24,28 +22,16 @@ CPU_UNAVAILABLE = ("without a CUDA GPU TorchInductor emits C++, not Triton, so t
                    f"GPU-only; set {CPU_OPT_IN}=1 to port CPU jobs through Inductor's Triton CPU backend "
                    "(checked under the Triton interpreter: for tests, not for performance)")
 CODEGEN_TIMEOUT_S = 300.0        # one subprocess, every gate shape; a cold Inductor takes ~10 s
-ROOT = Path(__file__).resolve().parents[3]
 
 
-def run_codegen(source: str, device: str, shapes: list[dict[str, Any]],
-                timeout: float = CODEGEN_TIMEOUT_S) -> dict[str, Any]:
-    """``generate`` in a fresh subprocess with a private Inductor cache; never raises."""
-    with tempfile.TemporaryDirectory(prefix="kernelab-inductor-") as tmp:
-        out = Path(tmp) / "answer.json"
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env.update(TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "cache"), TORCHINDUCTOR_COMPILE_THREADS="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])]))
-        request = json.dumps({"source": source, "device": device, "shapes": shapes, "out": str(out)})
-        try:
-            proc = subprocess.run([sys.executable, "-m", "kernelabd.propose.inductor.codegen"], input=request,
-                                  capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            return {"declined": f"Inductor code generation took longer than {timeout:.0f} s"}
-        if not out.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()
-            return {"declined": f"Inductor code generation failed (exit {proc.returncode}): "
-                                f"{tail[-1] if tail else 'no output'}"[:500]}
-        return json.loads(out.read_text())
+def run_codegen(source: str, device: str, shapes: list[dict[str, Any]], timeout: float = CODEGEN_TIMEOUT_S,
+                mode: str = DEFAULT) -> dict[str, Any]:
+    """``generate`` in a fresh subprocess (scrubbed environment, a private Inductor cache, the
+    job's GPU visible on a GPU job) under ``timeout``; never raises."""
+    request = {"source": source, "device": device, "shapes": shapes, "mode": mode}
+    return run_json("kernelabd.propose.inductor.codegen", request, timeout=timeout,
+                    what=f"Inductor code generation ({mode})", gpu=device.startswith("cuda"),
+                    env={"TORCHINDUCTOR_CACHE_DIR": "{HOME}/inductor-cache", "TRITON_CACHE_DIR": "{HOME}/triton-cache"})
 
 
 def _gpu_present() -> bool:
@@ -81,24 +67,34 @@ class InductorProposer:
             raise ProposerUnavailable(f"proposer 'inductor' is not available: {CPU_UNAVAILABLE}")
         self._answers: dict[str, dict[str, Any]] = {}
 
+    def modes(self, device: str) -> tuple[str, ...]:
+        """The compile modes a job gets a port from, in order: the default one, then on a GPU
+        max-autotune's (Triton GEMM templates, autotuned launch configurations)."""
+        return MODES if device.startswith("cuda") else (DEFAULT,)
+
     def propose(self, ctx: JobContext) -> Proposal | Decline:
-        if any(c.proposer == self.name for c in ctx.history):
-            return Decline()
-        device = ctx.device
-        if device == "cpu" and not self.on_cpu:
-            return Decline(CPU_UNAVAILABLE)
-        shapes = gate_shapes(ctx.sidecar, device)
-        key = hashlib.sha256("\0".join([ctx.reference_source, json.dumps(shapes, sort_keys=True), device])
-                             .encode()).hexdigest()
-        answer = self._answers.get(key)
-        if answer is None:
-            timeout = max(30.0, min(CODEGEN_TIMEOUT_S, ctx.budget.seconds_left))
-            answer = run_codegen(ctx.reference_source, device, shapes, timeout)
-            self._answers[key] = answer      # a decline is not retried every loop iteration
+        proposed = {c.source for c in ctx.history if c.proposer == self.name}
+        if ctx.device == "cpu" and not self.on_cpu:
+            return Decline(CPU_UNAVAILABLE) if not proposed else Decline()
+        reasons = []
+        for mode in self.modes(ctx.device):
+            answer = self._answer(ctx, mode)
             if "declined" in answer:
-                log.info("proposer.declined", extra={"proposer": self.name, "job": ctx.job_id,
-                                                      "reason": answer["declined"]})
-        if "declined" in answer:
-            return Decline(answer["declined"])
-        return Proposal(source=answer["source"], edit=answer["edit"], parent_id=None,
-                        params=params_of(answer["source"]))
+                reasons.append(answer["declined"] if mode == DEFAULT else f"{mode}: {answer['declined']}")
+            elif answer["source"] not in proposed:
+                return Proposal(source=answer["source"], edit=answer["edit"], parent_id=None,
+                                params=params_of(answer["source"]))
+        return Decline("; ".join(reasons)) if reasons and not proposed else Decline()
+
+    def _answer(self, ctx: JobContext, mode: str) -> dict[str, Any]:
+        """The codegen subprocess's answer for this job and mode, asked once (a decline too)."""
+        shapes = gate_shapes(ctx.sidecar, ctx.device)
+        key = hashlib.sha256("\0".join([ctx.reference_source, json.dumps(shapes, sort_keys=True), ctx.device,
+                                        mode]).encode()).hexdigest()
+        if key not in self._answers:
+            timeout = max(30.0, min(CODEGEN_TIMEOUT_S, ctx.budget.seconds_left))
+            self._answers[key] = run_codegen(ctx.reference_source, ctx.device, shapes, timeout, mode)
+            if "declined" in self._answers[key]:
+                log.info("proposer.declined", extra={"proposer": self.name, "job": ctx.job_id, "mode": mode,
+                                                      "reason": self._answers[key]["declined"]})
+        return self._answers[key]

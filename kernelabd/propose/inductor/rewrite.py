@@ -72,9 +72,9 @@ class _CallRewriter(ast.NodeTransformer):
             kernel = self.kernels[func[:-4]]
             if any(k.arg != "stream" for k in node.keywords):
                 raise Unsupported(f"{kernel.name}.run(...) passes keyword arguments other than stream")
-            if len(node.args) != len(kernel.runtime_params):
+            if len(node.args) != len(kernel.launcher_params):
                 raise Unsupported(f"{kernel.name}.run(...) passes {len(node.args)} arguments for "
-                                  f"{len(kernel.runtime_params)} kernel parameters")
+                                  f"{len(kernel.launcher_params)} launcher parameters")
             return ast.Call(ast.Name(f"launch_{kernel.name}", ast.Load()), node.args, [])
         return node
 

@@ -1,2 +1,3 @@
-"""The ``template`` proposer: ``graph`` recognises the reference's computation in its torch.fx
-graph, ``match`` picks the Triton template for it, ``proposer`` turns that into candidates."""
+"""The ``template`` proposer: ``canon`` and ``graph`` put the reference's torch.fx graph in a
+canonical form, ``match`` picks the Triton template for it, ``recognise`` is the subprocess that
+does both (the reference is untrusted code), ``proposer`` turns its answer into candidates."""

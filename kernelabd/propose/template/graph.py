@@ -1,309 +1,396 @@
-"""Graph recognition for the ``template`` proposer: the reference's torch.fx graph as a
-canonical op list (``Op``).
+"""Graph recognition for the ``template`` proposer: the reference's torch.fx graph in a
+canonical form, as a list of canonical ops (``Op``).
 
-Every torch function, tensor method and module call that means the same thing (``F.relu``,
-``x.relu()``, ``nn.ReLU``) becomes one kind, with its operands resolved to forward arguments,
-parameters or scalars. A node no template knows marks the graph unknown, so that a matcher
-(``match``) never silently drops part of the computation.
+References write one computation many ways; a matcher (``match``) should see one. So:
 
-The reference is loaded and traced in this process: the worker is trusted with the reference
-as with any code it proposes from. Candidates are never run here.
+- every torch function, tensor method, in-place variant and module call that means the same
+  thing (``F.relu``, ``x.relu()``, ``x.relu_()``, ``nn.ReLU(inplace=True)``) is one kind, and an
+  in-place op's later readers read its result, as they do in eager PyTorch;
+- a dtype cast is a value, not an op: every template loads its operands into fp32 and stores
+  once, so a lossless cast (``.float()`` of a bf16 tensor, ``.to(x.dtype)`` of a tensor already
+  of that dtype) is the value itself, a rounding one between two ops is a ``round_*`` op, a cast
+  of an input or a parameter is an operand expression (``x.to(torch.float16)``), and the last
+  casts set the output's dtype (``Graph.out_dtype``);
+- a view of an input or a parameter is an operand expression (``x.view(-1, d)``, ``A.T``), the
+  last views set the output's shape, and sizes with arithmetic on them (``x.size(0) * 2``) are
+  forward-side expressions (``Graph.expr``), never ops;
+- what computes nothing disappears (dropout in eval, ``contiguous``, ``.to(device)``), and
+  BatchNorm in eval is the per-channel affine map it computes;
+- parameters and model attributes that hold numbers are read from the model, so a constructor
+  argument follows the instance.
+
+The op-by-op forms are ``canon``'s; this module places casts, views and sizes and holds the
+graph as matchers read it.
+
+A node no template knows makes the graph unknown, with that node and its op as the reason
+(``Graph.unknown``), so that a matcher never silently drops part of the computation.
+
+The reference is untrusted code: ``trace`` runs only in the recognition subprocess
+(``kernelabd.propose.template.recognise``), under its deadline, never in the worker.
 """
 
 from __future__ import annotations
 
 import builtins
+import math
 import operator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
 
+from kernelabd.propose.template.canon import (
+    ELEMENTWISE,
+    EXPRESSION_OPERATORS,
+    FLOATS,
+    LITERAL_SIZES,
+    METHODS,
+    MORE_ELEMENTWISE,
+    PRECISION,
+    ROUNDING,
+    Expr,
+    NotRecognised,
+    Op,
+    basic_index,
+    canon,
+    decompose,
+    describe,
+    dtype_of,
+    explicit_casts,
+    functionalise,
+    is_expression,
+    is_tensor,
+    lossless,
+    meta_of,
+)
 from kernelabd.propose.templates import common
 from kernelabd.service.capture import load_reference
 
-FUNCTIONS: dict[Any, str] = {
-    operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
-    operator.mul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
-    operator.neg: "neg", torch.neg: "neg", torch.relu: "relu", F.relu: "relu",
-    torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", F.silu: "silu", torch.tanh: "tanh",
-    F.tanh: "tanh", torch.exp: "exp", torch.sqrt: "sqrt", torch.rsqrt: "rsqrt",
-    torch.square: "square", operator.pow: "pow", torch.pow: "pow", F.gelu: "gelu",
-    torch.softmax: "softmax", F.softmax: "softmax", torch.log_softmax: "log_softmax",
-    F.log_softmax: "log_softmax", F.layer_norm: "layer_norm", F.rms_norm: "rms_norm",
-    torch.sum: "sum", torch.mean: "mean", torch.amax: "max", torch.max: "max",
-    torch.matmul: "matmul", torch.mm: "matmul", operator.matmul: "matmul", F.linear: "linear",
-    operator.getitem: "getitem", torch.clone: "identity", torch.detach: "identity",
-    torch.bmm: "matmul", torch.transpose: "transpose", torch.swapaxes: "transpose",
-    torch.swapdims: "transpose", torch.permute: "permute", builtins.getattr: "getattr",
-    F.scaled_dot_product_attention: "sdpa", F.conv2d: "conv2d", torch.conv2d: "conv2d",
-}
-METHODS: dict[str, str] = {
-    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
-    "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "sqrt": "sqrt", "rsqrt": "rsqrt",
-    "square": "square", "pow": "pow", "softmax": "softmax", "log_softmax": "log_softmax",
-    "sum": "sum", "mean": "mean", "amax": "max", "max": "max", "matmul": "matmul",
-    "clone": "identity", "detach": "identity", "contiguous": "identity", "bmm": "matmul",
-    "transpose": "transpose", "swapaxes": "transpose", "swapdims": "transpose", "permute": "permute",
-    "size": "size",
-}
-MODULES: dict[type, str] = {
-    nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.GELU: "gelu",
-    nn.Softmax: "softmax", nn.LogSoftmax: "log_softmax", nn.LayerNorm: "layer_norm",
-    nn.RMSNorm: "rms_norm", nn.Linear: "linear", nn.Identity: "identity", nn.Conv2d: "conv2d",
-}
-ELEMENTWISE = set(common.UNARY) | set(common.BINARY)
-REDUCTIONS = {"sum", "mean", "max"}
-# keyword arguments that do not change what an op computes
-HARMLESS_KWARGS = {"inplace", "_stacklevel"}
-SCALAR_SYMBOLS = {"mul": "*", "div": "/", "add": "+", "sub": "-"}   # arithmetic on sizes
-SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-
-
-@dataclass
-class Op:
-    """One computing node in canonical form: ``args`` are fx nodes or Python scalars,
-    ``attrs`` the op's settings (dims, eps, and parameters as ``self.…`` expressions)."""
-
-    node: fx.Node
-    kind: str
-    args: tuple[Any, ...]
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
-
-def as_dim(value: Any) -> int | None:
-    """A dim given as an int or a one-element list (``dim=[-1]``); None for anything else."""
-    if isinstance(value, list | tuple) and len(value) == 1:
-        value = value[0]
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _kwargs_ok(node: fx.Node, allowed: set[str]) -> bool:
-    """Whether every keyword is one the op's template honours (a ``dtype`` only when None)."""
-    return all(k in allowed | HARMLESS_KWARGS or (k == "dtype" and v is None)
-               for k, v in node.kwargs.items())
-
-
-def _module_op(node: fx.Node, module: nn.Module, kind: str) -> Op | None:
-    path = f"self.{node.target}"
-    x = node.args[0] if node.args else None
-    if kind == "gelu":
-        kind = "gelu_tanh" if getattr(module, "approximate", "none") == "tanh" else "gelu"
-    if kind in ("softmax", "log_softmax"):
-        return Op(node, kind, (x,), {"dim": as_dim(module.dim)})
-    if kind == "layer_norm":
-        return Op(node, kind, (x,), {"ndim": len(module.normalized_shape), "eps": f"{path}.eps",
-                                     "weight": f"{path}.weight" if module.weight is not None else None,
-                                     "bias": f"{path}.bias" if module.bias is not None else None})
-    if kind == "rms_norm":
-        eps = f"{path}.eps" if module.eps is not None else "torch.finfo(x.dtype).eps"
-        return Op(node, kind, (x,), {"ndim": len(module.normalized_shape), "eps": eps,
-                                     "weight": f"{path}.weight" if module.weight is not None else None})
-    if kind == "linear":
-        return Op(node, kind, (x,), {"weight": f"{path}.weight",
-                                     "bias": f"{path}.bias" if module.bias is not None else None})
-    if kind == "conv2d":
-        # the geometry is read from the module at run time (``self.conv.stride``), so it follows
-        # the instance; groups and padding mode are checked here, at trace time, by the matcher
-        return Op(node, kind, (x,), {"weight": f"{path}.weight",
-                                     "bias": f"{path}.bias" if module.bias is not None else None,
-                                     "stride": f"{path}.stride", "padding": f"{path}.padding",
-                                     "dilation": f"{path}.dilation", "groups": module.groups,
-                                     "padding_mode": module.padding_mode})
-    return Op(node, kind, (x,))
-
-
-def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
-    """The canonical op of a call node, or None when no template knows it."""
-    if node.op == "call_module":
-        module = gm.get_submodule(str(node.target))
-        kind = MODULES.get(type(module))
-        return _module_op(node, module, kind) if kind else None
-    kind = FUNCTIONS.get(node.target) if node.op == "call_function" else METHODS.get(str(node.target))
-    if kind is None:
-        return None
-    x = node.args[0] if node.args else node.kwargs.get("input")
-    if kind in common.BINARY:
-        return Op(node, kind, tuple(node.args[:2])) if not node.kwargs and len(node.args) == 2 else None
-    if kind == "pow":
-        exponent = _arg(node, 1, "exponent")
-        if exponent == 2:
-            return Op(node, "square", (x,))
-        # other numeric exponents only matter to sizes (``d ** -0.5``); no tensor template takes them
-        return Op(node, "pow", (x, exponent)) if _number(exponent) and not node.kwargs else None
-    if kind == "gelu":
-        kind = "gelu_tanh" if node.kwargs.get("approximate", "none") == "tanh" else "gelu"
-    if kind in common.UNARY or kind == "identity":
-        return Op(node, kind, (x,)) if _kwargs_ok(node, {"approximate"}) else None
-    if kind in ("softmax", "log_softmax") and _kwargs_ok(node, {"dim"}):
-        return Op(node, kind, (x,), {"dim": as_dim(_arg(node, 1, "dim"))})
-    if kind in REDUCTIONS and _kwargs_ok(node, {"dim", "keepdim"}):
-        return Op(node, kind, (x,), {"dim": as_dim(_arg(node, 1, "dim")),
-                                     "keepdim": bool(_arg(node, 2, "keepdim", False))})
-    if kind == "matmul":
-        return Op(node, kind, (node.args[0], node.args[1]))
-    if kind == "getitem":
-        return Op(node, kind, (x, node.args[1]))
-    if kind == "linear":
-        return Op(node, kind, (x,), {"weight": _arg(node, 1, "weight"), "bias": _arg(node, 2, "bias")})
-    if kind == "layer_norm":
-        shape = _arg(node, 1, "normalized_shape")
-        return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
-                                     "weight": _arg(node, 2, "weight"), "bias": _arg(node, 3, "bias"),
-                                     "eps": _arg(node, 4, "eps", 1e-5)})
-    if kind == "rms_norm":
-        shape = _arg(node, 1, "normalized_shape")
-        return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
-                                     "weight": _arg(node, 2, "weight"),
-                                     "eps": _arg(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
-    if kind == "conv2d":
-        return _conv_op(node)
-    return _view_or_attention_op(node, kind, x)
-
-
-def _geometry_literal(value: Any, strings: tuple[str, ...] = ()) -> str | None:
-    """A conv stride/padding/dilation given in the graph as an int, a pair of ints or (padding
-    only) "same"/"valid", as a Python literal; None for anything computed in the forward."""
-    if isinstance(value, str):
-        return repr(value) if value in strings else None
-    if isinstance(value, list | tuple) and len(value) == 1:
-        value = value[0]
-    if as_dim(value) is not None:
-        return repr(value)
-    if isinstance(value, list | tuple) and len(value) == 2 and all(as_dim(v) is not None for v in value):
-        return repr(tuple(value))
-    return None
-
-
-def _conv_op(node: fx.Node) -> Op | None:
-    """``F.conv2d(input, weight, bias, stride, padding, dilation, groups)``: the geometry must be
-    literal in the graph (fx inlines numbers the forward reads from attributes)."""
-    if set(node.kwargs) - set(CONV_ARGS) or len(node.args) > len(CONV_ARGS):
-        return None
-    given = {name: _arg(node, i, name) for i, name in enumerate(CONV_ARGS)}
-    stride = _geometry_literal(1 if given["stride"] is None else given["stride"])
-    padding = _geometry_literal(0 if given["padding"] is None else given["padding"], ("same", "valid"))
-    dilation = _geometry_literal(1 if given["dilation"] is None else given["dilation"])
-    groups = 1 if given["groups"] is None else given["groups"]
-    if stride is None or padding is None or dilation is None or as_dim(groups) is None:
-        return None
-    return Op(node, "conv2d", (given["input"],),
-              {"weight": given["weight"], "bias": given["bias"], "stride": stride, "padding": padding,
-               "dilation": dilation, "groups": groups, "padding_mode": "zeros"})
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _view_or_attention_op(node: fx.Node, kind: str, x: Any) -> Op | None:
-    """Transposes, sizes and SDPA: what attention is written with.
-
-    A permutation that swaps two dims is a transpose; ``x.mT`` is ``transpose(-2, -1)``;
-    ``x.shape`` is ``size`` without a dim (then indexed). SDPA is canonical only without a mask,
-    dropout or grouped heads, so such a graph matches nothing rather than losing a term.
-    """
-    if kind == "transpose" and _kwargs_ok(node, {"dim0", "dim1"}):
-        d0, d1 = as_dim(_arg(node, 1, "dim0")), as_dim(_arg(node, 2, "dim1"))
-        return Op(node, kind, (x,), {"dims": (d0, d1)}) if d0 is not None and d1 is not None else None
-    if kind == "permute" and not node.kwargs:
-        dims = node.args[1:]
-        if len(dims) == 1 and isinstance(dims[0], list | tuple):
-            dims = tuple(dims[0])
-        if not dims or not all(isinstance(d, int) for d in dims):
-            return None
-        norm = [d % len(dims) for d in dims]
-        moved = [i for i, d in enumerate(norm) if d != i]
-        if sorted(norm) != list(range(len(dims))) or len(moved) != 2:
-            return None
-        return Op(node, "transpose", (x,), {"dims": (moved[0], moved[1])})
-    if kind == "getattr" and len(node.args) == 2:
-        if node.args[1] == "shape":
-            return Op(node, "size", (x,), {"dim": None})
-        if node.args[1] == "mT":
-            return Op(node, "transpose", (x,), {"dims": (-2, -1)})
-        return None
-    if kind == "size" and _kwargs_ok(node, {"dim"}):
-        dim = _arg(node, 1, "dim")
-        return Op(node, kind, (x,), {"dim": dim}) if dim is None or as_dim(dim) is not None else None
-    if kind == "sdpa" and set(node.kwargs) <= set(SDPA_ARGS) and len(node.args) <= len(SDPA_ARGS):
-        given = {name: _arg(node, i, name) for i, name in enumerate(SDPA_ARGS)}
-        dropout, causal = given["dropout_p"] or 0.0, given["is_causal"] or False
-        if (given["attn_mask"] is not None or dropout != 0 or given["enable_gqa"]
-                or not isinstance(causal, bool)):
-            return None
-        return Op(node, kind, (given["query"], given["key"], given["value"]),
-                  {"is_causal": causal, "scale": given["scale"]})
-    return None
+FX_CONSTANT = "_tensor_constant"   # how torch.fx's tracer names the tensors it meets in forward
+RENAMED = "_in"
+"""The suffix of the inputs' names in a candidate whose operands are expressions over them."""
 
 
 class Graph:
-    """The traced reference: canonical ops, operand expressions and traced shapes."""
+    """The traced reference in canonical form: canonical ops, operand expressions, the traced
+    shapes, and what its output is (dtype, and the views that end it)."""
 
-    def __init__(self, gm: fx.GraphModule, model: nn.Module) -> None:
+    def __init__(self, gm: fx.GraphModule, model: nn.Module, rename: bool = False) -> None:
         self.gm = gm
         self.model = model
         self.inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.signature = ", ".join(str(n.target) for n in self.inputs)
+        # with operand expressions (``a.to(torch.float32)``), the inputs get names no template
+        # uses for its locals, so that an expression a template evaluates after rebinding ``a``
+        # still reads the input (the forward is called positionally)
+        self.names = {n: f"{n.target}{RENAMED}" if rename else str(n.target) for n in self.inputs}
+        self.signature = ", ".join(self.names.values())
         self.alias: dict[fx.Node, Any] = {}
+        self.leaves: dict[fx.Node, str] = {}       # views and casts of inputs and parameters
+        self.upcast: dict[fx.Node, Any] = {}       # lossless casts among those: what they widen
+        self.transposed: dict[fx.Node, tuple[Any, tuple[int, int]]] = {}   # transposed leaves
         self.ops: list[Op] = []
-        self.known = True
+        self.unknown: list[str] = []               # why, for each node no template knows
+        self.casts = False
+        self.keep_casts = False
+        output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        self.final = output
+        self.trailing = self._trailing(output)
         for node in gm.graph.nodes:
-            if node.op in ("call_function", "call_method", "call_module"):
-                op = canon(node, gm)
-                if op is None:
-                    self.known = False
-                elif op.kind == "identity":
-                    self.alias[node] = self.resolve(op.args[0])
-                else:
-                    self.ops.append(Op(op.node, op.kind, tuple(self.resolve(a) for a in op.args),
-                                       {k: self.resolve(v) for k, v in op.attrs.items()}))
-        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        self.out = self.resolve(outputs)
+            if node.op == "get_attr":
+                self._constant(node)
+            elif node.op in ("call_function", "call_method", "call_module"):
+                self._add(node)
+        self.out = self.resolve(output)
+        self.out_dtype = dtype_of(output)
+        self.out_shape = self.shape(output)
+
+    @property
+    def known(self) -> bool:
+        return not self.unknown
+
+    def _trailing(self, output: Any) -> set[fx.Node]:
+        """The casts and views the graph ends with: they set the output's dtype and shape. A
+        cast there that rounds to a narrower dtype than the output's (``y.half().float()``) is
+        not one of them: its rounding shows, so it stays a ``round_*`` op."""
+        found: set[fx.Node] = set()
+        node, final = output, dtype_of(output)
+        while isinstance(node, fx.Node) and node.op != "placeholder":
+            op = canon(node, self.gm) if node.op.startswith("call") else None
+            if op is None or op.kind not in ("cast", "view", "identity"):
+                break
+            source, target = dtype_of(op.args[0]), dtype_of(node)
+            if op.kind == "cast" and not lossless(source, target) and target != final \
+                    and lossless(target, final):
+                break
+            found.add(node)
+            node = op.args[0]
+        return found
+
+    def _constant(self, node: fx.Node) -> None:
+        """A tensor fx made while tracing (``torch.tensor(self.c)`` in forward becomes an
+        attribute ``_tensor_constant0`` of the traced model, which the candidate's model, built by
+        the reference's constructor, does not have): one element is the number it holds;
+        anything larger no template reads."""
+        if not str(node.target).startswith(FX_CONSTANT) or not is_tensor(node):
+            return
+        value = getattr(self.gm, str(node.target), None)
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
+            self.alias[node] = value.item()
+        else:
+            self.unknown.append(f"a tensor constant made in forward ({node.name})")
+
+    def _add(self, node: fx.Node) -> None:
+        if is_expression(node):
+            return          # sizes and arithmetic on them: expressions (``expr``), not ops
+        op = canon(node, self.gm)
+        if op is None:
+            self.unknown.append(f"{describe(node, self.gm)} ({node.name})")
+            return
+        if op.kind == "meta":
+            return
+        if op.kind == "identity":
+            self.alias[node] = self.resolve(op.args[0])
+            return
+        why = None
+        if op.kind == "cast":
+            why = self._cast(node, op)
+        elif op.kind == "view":
+            why = self._view(node, op)
+        elif op.kind == "getitem" and self.leaf(self.resolve(op.args[0])) is not None and \
+                basic_index(op.args[1]):
+            index = self.expr(op.args[1], literal=True)
+            if index is None:
+                why = "an index computed from values no expression reaches"
+            else:
+                self.leaves[node] = f"{self.leaf(self.resolve(op.args[0]))}[{index}]"
+        elif op.kind == "transpose" and self.leaf(self.resolve(op.args[0])) is not None:
+            x, (d0, d1) = self.resolve(op.args[0]), op.attrs["dims"]
+            self.leaves[node] = f"{self.leaf(x)}.transpose({d0}, {d1})"
+            self.transposed[node] = (x, (d0, d1))
+        else:
+            self.ops.append(Op(op.node, op.kind, tuple(self.resolve(a) for a in op.args),
+                               {k: self.resolve(v) for k, v in op.attrs.items()}))
+        if why:
+            self.unknown.append(f"{describe(node, self.gm)} ({node.name}): {why}")
+
+    def _cast(self, node: fx.Node, op: Op) -> str | None:
+        """Place a dtype cast (see the module's docstring); the reason when no template can
+        compute what it asks for."""
+        self.casts = True
+        x = self.resolve(op.args[0])
+        source, target = dtype_of(x), dtype_of(node)
+        if target is None or not target.is_floating_point:
+            return "a cast to a non-floating dtype"
+        if node in self.trailing:
+            self.alias[node] = x
+            return None
+        if target not in FLOATS:
+            return f"a cast to {target} (the templates compute in fp32)"
+        if self.leaf(x) is not None:
+            self.leaves[node] = f"{self.leaf(x)}.to({target})"
+            if lossless(source, target):
+                self.upcast[node] = x
+        elif lossless(source, target):
+            self.alias[node] = x
+        else:
+            self.ops.append(Op(node, ROUNDING[target], (x,)))
+        return None
+
+    def _view(self, node: fx.Node, op: Op) -> str | None:
+        """Place a view: of an input or a parameter, an operand expression; at the end, the
+        output's shape; anywhere else it would change how later operands broadcast."""
+        x = self.resolve(op.args[0])
+        if node in self.trailing:
+            self.alias[node] = x
+            return None
+        base = self.leaf(x)
+        if base is None:
+            return "a view of a computed value before further ops"
+        call = self.call_expr(op.attrs["method"], op.attrs["args"], op.attrs["kwargs"])
+        if call is None:
+            return "view sizes computed from values no expression reaches"
+        self.leaves[node] = f"{base}.{call}"
+        return None
+
+    def call_expr(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  names: dict[fx.Node, str] | None = None) -> str | None:
+        """``method(args…)`` as a forward-side expression over the inputs and the model."""
+        parts = [self.expr(a, names, literal=True) for a in args]
+        keys = {k: self.expr(v, names, literal=True) for k, v in kwargs.items()}
+        for i, a in enumerate(args):
+            if is_tensor(a):          # view_as/expand_as/type_as(other): the other's leaf
+                parts[i] = self.leaf(a) or (names or {}).get(a)
+        if any(p is None for p in parts) or any(v is None for v in keys.values()):
+            return None
+        return f"{method}({', '.join([*parts, *(f'{k}={v}' for k, v in keys.items())])})"
 
     def resolve(self, value: Any) -> Any:
         return self.alias.get(value, value) if isinstance(value, fx.Node) else value
 
     @property
     def dtype(self) -> torch.dtype | None:
-        """The dtype of the largest floating input, as the capture reports the job's."""
-        metas = [n.meta.get("tensor_meta") for n in self.inputs]
-        floating = [m for m in metas if hasattr(m, "dtype") and m.dtype.is_floating_point]
-        return max(floating, key=lambda m: m.shape.numel()).dtype if floating else None
+        """The dtype the templates' dots read: that of the largest floating operand, as the
+        ops take it (after casts of inputs and parameters)."""
+        found: list[tuple[int, torch.dtype]] = []
+        for op in self.ops:
+            for value in (*op.args, *op.attrs.values()):
+                value = self.strip(value)
+                meta = meta_of(value) if self.leaf(value) is not None else None
+                if hasattr(meta, "dtype") and meta.dtype.is_floating_point:
+                    found.append((math.prod(meta.shape), meta.dtype))
+        if not found:
+            metas = [meta_of(n) for n in self.inputs]
+            found = [(math.prod(m.shape), m.dtype) for m in metas if hasattr(m, "dtype")
+                     and m.dtype.is_floating_point]
+        return max(found, key=lambda f: f[0])[1] if found else None
+
+    def operand_dtypes(self) -> set[torch.dtype]:
+        """The floating dtypes of every tensor operand the ops read, as templates take them."""
+        found = set()
+        for op in self.ops:
+            for value in (*op.args, *op.attrs.values()):
+                value = self.strip(value)
+                if self.leaf(value) is not None and (dtype := self.value_dtype(value)) is not None \
+                        and dtype.is_floating_point:
+                    found.add(dtype)
+        return found
+
+    def stored_dtype(self) -> torch.dtype | None:
+        """The precision the reference's result keeps: the narrowest of the computed value's
+        dtype and of the casts the graph ends with (``softmax(x.float()).to(x.dtype)`` keeps
+        bf16; ``(a.half() @ b.half()).float()`` keeps fp16; ``log_softmax(x, dtype=float32)``
+        fp32). A template storing that dtype, then converted to the output's, returns what the
+        reference returns."""
+        dtypes = [dtype_of(self.out), *(dtype_of(n) for n in self.trailing if canon(n, self.gm).kind == "cast")]
+        known = [d for d in dtypes if d in PRECISION]
+        return min(known, key=PRECISION.__getitem__) if known else self.out_dtype
+
+    def widest_output(self) -> str | None:
+        """Set the graph up so that each template stores at least ``stored_dtype``'s precision:
+        the templates store the dtype of an operand, so a result wider than the operands as read
+        (a bf16 input widened by ``.float()`` and returned as fp32) keeps the casts of inputs
+        (``keep_casts``). The reason when even that leaves an operand narrower than the result
+        (PyTorch's type promotion: a bf16 input times an fp32 parameter)."""
+        stored = self.stored_dtype()
+        if stored not in PRECISION:
+            return None
+        for keep in (False, True):
+            self.keep_casts = keep
+            narrower = {d for d in self.operand_dtypes() if PRECISION.get(d, 99) < PRECISION[stored]}
+            if not narrower:
+                return None
+        return (f"the result is {stored} but an operand is {', '.join(sorted(map(str, narrower)))}: "
+                "the templates store an operand's dtype")
 
     @property
     def half(self) -> bool:
         return self.dtype in (torch.float16, torch.bfloat16)
 
     def leaf(self, value: Any) -> str | None:
-        """The forward's expression for an input or a parameter (None for anything else)."""
-        if isinstance(value, str) and value.startswith("self."):
+        """The forward's expression for an input or a parameter, or a view or cast of one
+        (None for anything computed)."""
+        if isinstance(value, str) and not isinstance(value, Expr) and value.startswith("self."):
             return value
-        if isinstance(value, fx.Node) and value.op == "placeholder":
-            return str(value.target)
-        if isinstance(value, fx.Node) and value.op == "get_attr":
+        if not isinstance(value, fx.Node):
+            return None
+        if value in self.leaves:
+            return self.leaves[value]
+        if value.op == "placeholder":
+            return self.names[value]
+        if value.op == "get_attr" and is_tensor(value):
             return f"self.{value.target}"
         return None
 
-    def scalar(self, value: Any) -> str | None:
+    def strip(self, value: Any) -> Any:
+        """``value`` without the lossless casts of an input or a parameter that a template
+        loading its operands into fp32 makes anyway (``x.float()`` of a bf16 ``x`` is ``x``);
+        unless ``keep_casts``: then the template is given the widened operand, and stores the
+        wider dtype (``widest_output``)."""
+        while not self.keep_casts and isinstance(value, fx.Node) and value in self.upcast:
+            value = self.upcast[value]
+        return value
+
+    def loaded(self, value: Any) -> str | None:
+        """The expression of ``strip(value)`` when it is a leaf."""
+        return self.leaf(self.strip(value))
+
+    def value_dtype(self, value: Any) -> torch.dtype | None:
+        """The dtype of a node or of a ``self.…`` parameter or buffer."""
+        if isinstance(value, str) and value.startswith("self."):
+            for get in (self.model.get_parameter, self.model.get_buffer):
+                try:
+                    return get(value.removeprefix("self.")).dtype
+                except AttributeError:
+                    continue
+            return None
+        return dtype_of(value)
+
+    def scalar(self, value: Any, literal: bool = False) -> str | None:
         """A Python number's expression: the model attribute holding it when exactly one does
-        (so a constructor argument like ``eps`` follows the instance), else its literal."""
+        (so a constructor argument like ``eps`` follows the instance), else its literal;
+        ``literal``: sizes such as -1 and 1 stay literal. An ``Expr`` is its own expression."""
+        if isinstance(value, Expr):
+            return str(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
+        if literal and value in LITERAL_SIZES:
+            return repr(value)
         names = [k for k, v in vars(self.model).items() if not k.startswith("_")
                  and type(v) in (int, float) and v == value]
         return f"self.{names[0]}" if len(names) == 1 else repr(value)
+
+    def expr(self, value: Any, names: dict[fx.Node, str] | None = None, literal: bool = False) -> str | None:
+        """A non-tensor value as a forward-side Python expression: numbers (``scalar``), dtypes,
+        tuples, slices, and sizes of inputs with arithmetic on them (``x.shape[0] * 2``);
+        ``names`` gives expressions for computed tensors whose sizes may be read. None for
+        anything that depends on a computed value."""
+        if isinstance(value, fx.Node):
+            if value in (names or {}):
+                return (names or {})[value]
+            return None if is_tensor(value) else self._expr_node(value, names)
+        if isinstance(value, list | tuple):
+            parts = [self.expr(v, names, literal) for v in value]
+            return None if any(p is None for p in parts) else f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+        if isinstance(value, slice):
+            parts = [self.expr(v, names, literal) for v in (value.start, value.stop, value.step)]
+            return None if any(p is None for p in parts) else f"slice({', '.join(parts)})"
+        if value is None or value is Ellipsis or isinstance(value, bool | str | torch.dtype):
+            return repr(value) if not isinstance(value, torch.dtype) else str(value)
+        return self.scalar(value, literal)
+
+    def _tensor_expr(self, value: Any, names: dict[fx.Node, str] | None) -> str | None:
+        value = self.resolve(value)
+        if isinstance(value, fx.Node) and value in (names or {}):
+            return (names or {})[value]
+        return self.leaf(value)
+
+    def _expr_node(self, node: fx.Node, names: dict[fx.Node, str] | None) -> str | None:
+        if node.op == "get_attr":
+            return f"self.{node.target}"         # a number the model holds (``self.bn.eps``)
+        if node.op == "call_method" and METHODS.get(str(node.target)) == "size":
+            base = self._tensor_expr(node.args[0], names)
+            dims = [self.expr(a, names) for a in node.args[1:]]
+            if base is None or any(d is None for d in dims):
+                return None
+            method = "shape" if str(node.target) == "size" else f"{node.target}()"
+            return f"{base}.{method}" + (f"[{dims[0]}]" if dims else "")
+        if node.op != "call_function":
+            return None
+        if node.target is builtins.getattr and node.args[1] in ("shape", "ndim"):
+            base = self._tensor_expr(node.args[0], names)
+            return f"{base}.{node.args[1]}" if base is not None else None
+        if node.target is operator.getitem:
+            base, index = self.expr(node.args[0], names), self.expr(node.args[1], names)
+            return f"{base}[{index}]" if base is not None and index is not None else None
+        if node.target in EXPRESSION_OPERATORS:
+            a, b = (self.expr(v, names) for v in node.args[:2])
+            return f"({a} {EXPRESSION_OPERATORS[node.target]} {b})" if a is not None and b is not None else None
+        if node.target is operator.neg:
+            a = self.expr(node.args[0], names)
+            return f"(-{a})" if a is not None else None
+        return None
 
     def shape(self, value: Any) -> tuple[int, ...] | None:
         if isinstance(value, fx.Node) and "tensor_meta" in value.meta:
@@ -316,37 +403,100 @@ class Graph:
     def chain(self, ops: list[Op], chain: common.Chain, names: dict[fx.Node, str]) -> common.Chain | None:
         """``ops`` as Triton statements appended to ``chain``; None if one is not elementwise
         or takes an operand from outside (a value computed by something else)."""
-        for k, op in enumerate(ops):
+        for op in ops:
             if op.kind not in ELEMENTWISE:
                 return None
-            operands = []
-            for a in op.args:
-                if isinstance(a, fx.Node) and a in names:
-                    operands.append(names[a])
-                elif (expr := self.leaf(a)) is not None:
-                    if expr not in chain.tensors:
-                        chain.tensors.append(expr)
-                    operands.append(f"t{chain.tensors.index(expr)}")
-                elif (expr := self.scalar(a)) is not None:
-                    chain.scalars.append(expr)
-                    operands.append(f"s{len(chain.scalars) - 1}")
-                else:
-                    return None
-            template = common.UNARY.get(op.kind) or common.BINARY[op.kind]
-            chain.lines.append(f"v{k} = {template.format(*operands)}")
-            names[op.node] = f"v{k}"
-            chain.result = f"v{k}"
+            operands = [self._operand(a, chain, names) for a in op.args]
+            if None in operands:
+                return None
+            value = f"v{len(chain.lines)}"
+            template = MORE_ELEMENTWISE.get(op.kind) or [common.UNARY.get(op.kind) or common.BINARY[op.kind]]
+            steps = [step.format(*operands, t=f"{value}_") for step in template]
+            chain.lines.extend(steps[:-1])
+            chain.lines.append(f"{value} = {steps[-1]}")
+            names[op.node] = value
+            chain.result = value
         return chain
 
+    def _operand(self, value: Any, chain: common.Chain, names: dict[fx.Node, str]) -> str | None:
+        """One operand of a chain op: a value computed earlier in the chain, a scalar (number,
+        model attribute or size expression: ``s…``) or a tensor loaded from memory (``t…``)."""
+        if isinstance(value, fx.Node) and value in names:
+            return names[value]
+        scalar = self.scalar(value) if not isinstance(value, fx.Node) else \
+            (self.expr(value) if not is_tensor(value) else None)
+        if scalar is not None:
+            chain.scalars.append(scalar)
+            return f"s{len(chain.scalars) - 1}"
+        tensor = self.loaded(value)
+        if tensor is None:
+            return None
+        if tensor not in chain.tensors:
+            chain.tensors.append(tensor)
+        return f"t{chain.tensors.index(tensor)}"
 
-def trace(source: str) -> Graph | None:
-    """The reference's fx graph with traced shapes; None when it cannot be traced (dynamic
-    control flow, a reference that fails to build): then no template applies."""
-    try:
-        _, model, inputs = load_reference(source)
-        gm = fx.symbolic_trace(model)
-        with torch.no_grad():
-            ShapeProp(gm).propagate(*inputs)
-    except Exception:   # the reference is arbitrary user code; any failure means "no match"
-        return None
-    return Graph(gm, model)
+    def output_view(self) -> str | None:
+        """The calls the graph's trailing views make of the computed output, as forward-side
+        method calls to append to ``out`` (``.flatten(1)``), "" when there are none, None
+        when one cannot be expressed."""
+        names = {self.out: "out"} if isinstance(self.out, fx.Node) else {}
+        calls = []
+        for node in self.gm.graph.nodes:
+            op = canon(node, self.gm) if node in self.trailing else None
+            if op is None or op.kind != "view":
+                continue
+            call = self.call_expr(op.attrs["method"], op.attrs["args"], op.attrs["kwargs"], names)
+            if call is None:
+                return None
+            calls.append(f".{call}")
+        return "".join(calls)
+
+
+def _canon_kind(node: fx.Node, gm: fx.GraphModule) -> str | None:
+    op = canon(node, gm) if node.op.startswith("call") else None
+    return op.kind if op is not None else None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:300]
+
+
+def _build(source: str, constants: dict[str, Any] | None, device: str) -> tuple[nn.Module, list[Any]]:
+    with torch.device(device):
+        _, model, inputs = load_reference(source, constants)
+    return model.eval(), inputs
+
+
+def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
+    """The reference's canonical graph at the sizes ``constants`` set, with traced shapes.
+
+    Built and propagated on the meta device first, so that KernelBench's sizes (a 4096 ×
+    393216 softmax) cost nothing; a reference that cannot run on meta tensors (``.item()``,
+    NumPy inputs) is built again on the CPU. Raises ``NotRecognised`` with the reason."""
+    failures = []
+    for device in ("meta", "cpu"):
+        try:
+            model, inputs = _build(source, constants, device)
+        except Exception as exc:  # the reference is arbitrary user code
+            failures.append(f"building the model and inputs failed: {_first_line(exc)}")
+            continue
+        try:
+            gm = fx.symbolic_trace(model)
+        except Exception as exc:
+            raise NotRecognised(f"torch.fx cannot trace forward: {_first_line(exc)}") from exc
+        why = functionalise(gm)
+        if why is not None:
+            raise NotRecognised(why)
+        gm.recompile()
+        try:
+            with torch.no_grad():
+                ShapeProp(gm).propagate(*inputs)
+                if decompose(gm) | explicit_casts(gm):
+                    ShapeProp(gm).propagate(*inputs)
+        except Exception as exc:
+            failures.append(f"running forward on {device} tensors failed: {_first_line(exc)}")
+            continue
+        g = Graph(gm, model)
+        return Graph(gm, model, rename=True) if g.leaves else g
+    raise NotRecognised(failures[-1])

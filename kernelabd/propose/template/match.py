@@ -7,13 +7,15 @@ anyway: a wrong match costs one rejected candidate, never a wrong answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import fx
 
-from kernelabd.propose.template.graph import REDUCTIONS, SCALAR_SYMBOLS, Graph, Op, as_dim
+from kernelabd.propose.template.canon import REDUCTIONS, Op, dtype_of, is_number
+from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
 
 
@@ -35,7 +37,7 @@ def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
     if len(g.ops) != 1 or g.out is not g.ops[0].node:
         return None
     op = g.ops[0]
-    arg = g.leaf(op.args[0])
+    arg = g.loaded(op.args[0])
     shape = g.shape(op.args[0])
     if arg is None or shape is None:
         return None
@@ -48,8 +50,8 @@ def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
         eps = op.attrs["eps"]
         eps_expr = eps if isinstance(eps, str) else g.scalar(eps)
         spec = rowwise.Rowwise(op.kind, arg, f"x.dim() - {op.attrs['ndim']}", "x.dim()",
-                               eps=eps_expr, weight=g.leaf(weight) if weight is not None else None,
-                               bias=g.leaf(bias) if bias is not None else None)
+                               eps=eps_expr, weight=g.loaded(weight) if weight is not None else None,
+                               bias=g.loaded(bias) if bias is not None else None)
         if (weight is not None and spec.weight is None) or (bias is not None and spec.bias is None):
             return None
     else:
@@ -59,15 +61,16 @@ def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
 
 def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     """RMSNorm as common code writes it (``x * rsqrt(mean(x², d, keepdim) + eps) * w`` and its
-    variants), recognised by its parts and confirmed by evaluating the graph against the
-    formula on a random input."""
+    variants, with or without fp32 casts), recognised by its parts and confirmed by evaluating
+    the graph against the formula on a random input."""
     means = [op for op in g.ops if op.kind == "mean" and op.attrs["keepdim"]]
     kinds = {op.kind for op in g.ops}
     if len(means) != 1 or not kinds <= {"square", "mul", "mean", "add", "rsqrt", "sqrt", "div"}:
         return None
     x = list(g.inputs)
     adds = [op for op in g.ops if op.kind == "add" and any(g.scalar(a) for a in op.args)]
-    weights = {a for op in g.ops for a in op.args if isinstance(a, fx.Node) and a.op == "get_attr"}
+    weights = {g.strip(a) for op in g.ops for a in op.args
+               if isinstance(g.strip(a), fx.Node) and g.strip(a).op == "get_attr"}
     shape = g.shape(x[0]) if len(x) == 1 else None
     dim = means[0].attrs["dim"]
     if shape is None or dim is None or len(adds) != 1 or len(weights) > 1:
@@ -75,26 +78,39 @@ def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     eps = next(a for a in adds[0].args if g.scalar(a))
     weight = g.leaf(next(iter(weights))) if weights else None
     dim %= len(shape)
-    if not _confirm_rms(g, shape, dim, float(eps), weight):
+    if not is_number(eps) or not _confirm_rms(g, shape, dim, float(eps), weight):
         return None
-    spec = rowwise.Rowwise("rms_norm", str(x[0].target), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
+    spec = rowwise.Rowwise("rms_norm", g.leaf(x[0]), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
                            eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1))
     return Match(*rowwise.render(spec, g.signature, *init))
 
 
+CONFIRM_EXTENT = 4
+"""The rms check's input keeps the normalised dim and at most this many of every other: it
+asks what the graph computes, not at what size."""
+
+
 def _confirm_rms(g: Graph, shape: tuple[int, ...], dim: int, eps: float, weight: str | None) -> bool:
+    """Whether the graph is RMSNorm: evaluated (a copy, on the CPU in float64) against the
+    formula. Casts in the graph keep fp32 rounding, so agreement is asked to fp32 precision,
+    far tighter than any other formula would come."""
+    small = tuple(n if i == dim else min(n, CONFIRM_EXTENT) for i, n in enumerate(shape))
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    x = torch.randn(small, generator=gen, dtype=torch.float64)
+    gm = copy.deepcopy(g.gm).to_empty(device="cpu").double()
     with torch.no_grad():
-        model = g.gm.double()
-        if weight is not None:
-            w = model.get_parameter(weight.removeprefix("self."))
-            w.copy_(torch.rand(w.shape, generator=gen, dtype=torch.float64) + 0.5)
-        got = model(x)
+        for t in [*gm.parameters(), *gm.buffers()]:
+            t.copy_(torch.rand(t.shape, generator=gen, dtype=torch.float64) + 0.5)
+        w = gm.get_parameter(weight.removeprefix("self.")) if weight is not None else None
+        try:
+            got = gm(x)
+        except Exception:          # a graph that only runs at its own sizes is not this formula
+            return False
         want = x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + eps)
-        if weight is not None:
-            want = want * w.reshape([shape[dim] if i == dim else 1 for i in range(len(shape))])
-    return got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-9, atol=1e-12))
+        if w is not None:
+            want = want * w.reshape([small[dim] if i == dim else 1 for i in range(len(small))])
+    return (isinstance(got, torch.Tensor) and got.shape == want.shape
+            and bool(torch.allclose(got.double(), want, rtol=1e-5, atol=1e-6)))
 
 
 def match_reduction(g: Graph, init: list[Any]) -> Match | None:
@@ -109,7 +125,7 @@ def match_reduction(g: Graph, init: list[Any]) -> Match | None:
             return None
     elif len(g.ops) != 1 or g.out is not op.node:
         return None
-    arg, shape = g.leaf(op.args[0]), g.shape(op.args[0])
+    arg, shape = g.loaded(op.args[0]), g.shape(op.args[0])
     if arg is None or shape is None:
         return None
     dim = op.attrs["dim"] % len(shape)
@@ -127,6 +143,16 @@ def match_elementwise(g: Graph, init: list[Any]) -> Match | None:
     return Match(*elementwise.render(chain, [op.kind for op in g.ops], g.signature, first, *init))
 
 
+def operand_pair(g: Graph, a: Any, b: Any) -> tuple[str | None, str | None]:
+    """The two operands of a product as the forward passes them: read as they are stored when
+    both widen the same dtype (``x.float() @ w.float()`` of bf16 tensors: bf16 products are
+    exact in the fp32 accumulator, so this is the fp32 product the reference computes), else
+    with their casts, since a dot takes operands of one dtype."""
+    if g.value_dtype(g.strip(a)) == g.value_dtype(g.strip(b)):
+        return g.loaded(a), g.loaded(b)
+    return g.leaf(a), g.leaf(b)
+
+
 def _matmul_spec(g: Graph, ops: list[Op], out: Any, precision: str) -> tuple[matmul.Matmul, str] | None:
     """``ops`` as a matmul followed by an elementwise epilogue whose result is ``out``."""
     if not ops or ops[0].kind not in ("matmul", "linear"):
@@ -134,19 +160,18 @@ def _matmul_spec(g: Graph, ops: list[Op], out: Any, precision: str) -> tuple[mat
     op, rest = ops[0], ops[1:]
     if out is not (rest[-1].node if rest else op.node) or g.shape(out) != g.shape(op.node):
         return None
-    a = g.leaf(op.args[0])
     a_shape = g.shape(op.args[0])
     chain = common.Chain(result="acc")
     if op.kind == "linear":
-        b, transposed = g.leaf(op.attrs["weight"]), True
+        (a, b), transposed = operand_pair(g, op.args[0], op.attrs["weight"]), True
         if op.attrs["bias"] is not None:
-            bias = g.leaf(op.attrs["bias"])
+            bias = g.loaded(op.attrs["bias"])
             if bias is None:
                 return None
             chain.tensors.append(bias)
             chain.lines.append("acc = acc + t0")
     else:
-        b, transposed = g.leaf(op.args[1]), False
+        (a, b), transposed = operand_pair(g, op.args[0], op.args[1]), False
     b_shape = g.shape(op.attrs["weight"] if op.kind == "linear" else op.args[1])
     if a is None or b is None or not a_shape or len(a_shape) < 2 or not b_shape or len(b_shape) != 2:
         return None
@@ -218,7 +243,7 @@ def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
             except AttributeError:
                 continue
         return None
-    node = next((n for n in g.inputs if str(n.target) == value), None)
+    node = next((n for n in g.inputs if g.leaf(n) == value), None)
     return g.shape(node) if node is not None else None
 
 
@@ -243,9 +268,9 @@ def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
     out_shape = g.shape(op.node)
     if g.out is not (rest[-1].node if rest else op.node) or not out_shape or g.shape(g.out) != out_shape:
         return None
-    x, weight = g.leaf(op.args[0]), g.leaf(op.attrs["weight"])
-    x_shape, w_shape = g.shape(op.args[0]), _tensor_shape(g, weight)
-    bias = g.leaf(op.attrs["bias"]) if op.attrs["bias"] is not None else None
+    x, weight = operand_pair(g, op.args[0], op.attrs["weight"])
+    x_shape, w_shape = g.shape(op.args[0]), _tensor_shape(g, op.attrs["weight"])
+    bias = g.loaded(op.attrs["bias"]) if op.attrs["bias"] is not None else None
     if (x is None or weight is None or not x_shape or len(x_shape) != 4 or not w_shape
             or len(w_shape) != 4 or w_shape[1] != x_shape[1] or (op.attrs["bias"] is not None and bias is None)):
         return None
@@ -292,26 +317,9 @@ class _Attention:
         """A scale as a forward-side Python expression: a number (or the attribute holding it),
         or arithmetic on input sizes (``q.size(-1) ** -0.5``), recomputed by the port's forward
         so that it follows the shapes the gate tries."""
-        if (expr := self.g.scalar(value)) is not None:
-            return expr
         if self.tensor(value):
             return None
-        if (op := self.op(value, "size")) is not None:
-            base = self.view(op.args[0])
-            dim = op.attrs["dim"]
-            return f"{base}.shape[{dim}]" if base is not None and dim is not None else None
-        if (op := self.op(value, "getitem")) is not None:
-            size = self.op(op.args[0], "size")
-            base = self.view(size.args[0]) if size is not None and size.attrs["dim"] is None else None
-            index = op.args[1]
-            return f"{base}.shape[{index}]" if base is not None and as_dim(index) is not None else None
-        if (op := self.op(value, "pow")) is not None:
-            base = self.factor(op.args[0])
-            return f"({base} ** {op.args[1]!r})" if base is not None else None
-        if (op := self.op(value, *SCALAR_SYMBOLS)) is not None:
-            a, b = self.factor(op.args[0]), self.factor(op.args[1])
-            return f"({a} {SCALAR_SYMBOLS[op.kind]} {b})" if a is not None and b is not None else None
-        return None
+        return self.g.expr(value)
 
     def unscaled(self, value: Any, factors: list[str]) -> Any:
         """``value`` without its multiplications and divisions by scale factors (appended to
@@ -353,13 +361,20 @@ class _Attention:
         if soft is None or not shape or soft.attrs["dim"] is None or soft.attrs["dim"] % len(shape) != len(shape) - 1:
             return None
         scores = self.op(self.unscaled(soft.args[0], factors), "matmul")
-        kt = self.op(self.unscaled(scores.args[1], factors), "transpose") if scores is not None else None
-        k_shape = self.g.shape(kt.args[0]) if kt is not None else None
+        kt = self.transpose(self.unscaled(scores.args[1], factors)) if scores is not None else None
+        k_shape = self.g.shape(kt[0]) if kt is not None else None
         if kt is None or not k_shape:
             return None
-        if {d % len(k_shape) for d in kt.attrs["dims"]} != {len(k_shape) - 2, len(k_shape) - 1}:
+        if {d % len(k_shape) for d in kt[1]} != {len(k_shape) - 2, len(k_shape) - 1}:
             return None
-        return self.unscaled(scores.args[0], factors), self.unscaled(kt.args[0], factors), top.args[1]
+        return self.unscaled(scores.args[0], factors), self.unscaled(kt[0], factors), top.args[1]
+
+    def transpose(self, value: Any) -> tuple[Any, tuple[int, int]] | None:
+        """(what is transposed, the dims): a transpose op, or a transposed input (a leaf)."""
+        if value in self.g.transposed:
+            return self.g.transposed[value]
+        op = self.op(value, "transpose")
+        return (op.args[0], op.attrs["dims"]) if op is not None else None
 
 
 def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
@@ -392,6 +407,35 @@ def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
     return Match(*attention.render(spec, g.signature, *init), precision)
 
 
+OUTPUT = '''
+
+class ModelNew(ModelNew):
+    """The template's result as the reference returns it ({what})."""
+
+    def forward(self, {signature}):
+        out = super().forward({signature})
+        return out{calls}
+'''
+
+
+def as_returned(g: Graph, found: Match) -> Match | None:
+    """``found`` with the reference's output dtype and final views: the templates store the
+    dtype of their first operand in the shape they compute, so casts and views the reference
+    ends with (``.to(x.dtype)``, ``.flatten(1)``) are made on the result (a no-op when they
+    change nothing). None when the final views cannot be expressed."""
+    views = g.output_view()
+    floating = {dtype_of(n) for n in g.inputs if dtype_of(n) is not None and dtype_of(n).is_floating_point}
+    cast = g.out_dtype is not None and (g.casts or floating != {g.out_dtype})
+    if views is None:
+        return None
+    if not views and not cast:
+        return found
+    calls = views + (f".to({g.out_dtype})" if cast else "")
+    what = ", ".join([*(["viewed as it returns it"] if views else []), *([str(g.out_dtype)] if cast else [])])
+    return replace(found, source=found.source + OUTPUT.format(what=what, signature=g.signature, calls=calls),
+                   edit=f"{found.edit}; output {what}")
+
+
 def find(g: Graph, init: list[Any], precision: str) -> Match | None:
     """The first template that matches the whole graph, most specific first (a gated MLP is
     also three matmuls; a matmul + softmax also ends in a row-wise op), with ``precision`` for
@@ -405,5 +449,5 @@ def find(g: Graph, init: list[Any], precision: str) -> Match | None:
                     lambda: match_elementwise(g, init)):
         found = attempt()
         if found is not None:
-            return found
+            return as_returned(g, found)
     return None

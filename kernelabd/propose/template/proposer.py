@@ -1,22 +1,50 @@
 """The ``template`` proposer: a fused Triton template instantiated for the reference's
 recognised computation (``graph``, ``match``) — a verified first port without a model endpoint.
+
+Recognition loads and runs the reference, which is untrusted code, so the proposer does it in
+the recognition subprocess (``recognise``) under a deadline; this module's ``attempt`` is what
+that process runs. ``instantiate`` runs it in the calling process, for trusted callers (tests,
+benchmarks) only.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import ast
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
 from kernelabd.harness.problem import Sidecar
 from kernelabd.propose.base import Decline, JobContext, Proposal
+from kernelabd.propose.isolated import run_json
 from kernelabd.propose.template import match
-from kernelabd.propose.template.graph import trace
+from kernelabd.propose.template.graph import Graph, NotRecognised, trace
 from kernelabd.propose.templates import common, cuda
 from kernelabd.propose.tune import params_of
+from kernelabd.pysource import parse
+
+log = logging.getLogger("kernelab.propose.template")
 
 TF32X3 = "tf32x3"
 NO_MATCH = "no template matches the reference's graph"
+RECOGNISE_TIMEOUT_S = 120.0
+"""One recognition subprocess a job: torch's import and a meta-device trace take seconds; a
+reference that cannot run on meta tensors is run on the CPU at its own sizes, within this."""
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why no template applies: one line, the ops no template knows (``nn.BatchNorm2d (bn)``,
+    in graph order) and the canonical kinds of the graph's ops."""
+
+    reason: str
+    unknown: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
 
 
 def _precision(sidecar: Sidecar, dtype: torch.dtype | None, exact: bool) -> str:
@@ -32,47 +60,130 @@ def _precision(sidecar: Sidecar, dtype: torch.dtype | None, exact: bool) -> str:
     return "ieee" if exact or dtype != torch.float32 else TF32X3
 
 
-def instantiate(reference_source: str, sidecar: Sidecar | None = None,
-                exact: bool = False) -> match.Match | None:
-    """The first template the reference matches, or None; ``exact``: fp32 dots in IEEE
-    precision rather than 3xTF32 (``_precision``)."""
-    parts = common.reference_parts(reference_source)
-    g = trace(reference_source)
-    if parts is None or g is None or not g.known:
+DEFAULT_INIT = "def __init__(self):\n    super().__init__()\n"
+"""The constructor of a ``Model`` that defines none (nn.Module's, which takes no arguments)."""
+
+
+def _reference_parts(source: str) -> tuple[list[str], str] | None:
+    """The reference's imports and ``Model.__init__`` source (``common.reference_parts``), with
+    ``DEFAULT_INIT`` for a ``Model`` class that has no ``__init__`` of its own."""
+    parts = common.reference_parts(source)
+    if parts is not None:
+        return parts
+    tree = parse(source)
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    if model is None or model.decorator_list or any(
+            isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in model.body):
         return None
-    sidecar = sidecar or Sidecar()
+    imports = [ast.get_source_segment(source, n) or "" for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    return [i for i in imports if i], DEFAULT_INIT
+
+
+def recognise_graph(source: str, constants: dict[str, Any] | None = None,
+                    phase: Callable[[str], None] | None = None) -> Graph | Miss:
+    """The reference's canonical graph, or why there is none (runs the reference)."""
+    (phase or (lambda _: None))("loading, building and tracing the reference")
+    try:
+        g = trace(source, constants)
+    except NotRecognised as exc:
+        return Miss(f"{NO_MATCH}: {exc}")
+    if not g.known:
+        return Miss(f"{NO_MATCH}: {g.unknown[0]} is an op no template knows", g.unknown,
+                    [op.kind for op in g.ops])
+    return g
+
+
+def match_graph(g: Graph, source: str, sidecar: Sidecar, exact: bool = False) -> match.Match | Miss:
+    """The first template the graph matches; ``exact``: fp32 dots in IEEE precision rather than
+    3xTF32 (``_precision``)."""
+    kinds = [op.kind for op in g.ops]
+    parts = _reference_parts(source)
+    if parts is None:
+        return Miss(f"{NO_MATCH}: the reference's Model.__init__ cannot be copied (missing or decorated)",
+                    kinds=kinds)
+    if (why := g.widest_output()) is not None:
+        return Miss(f"{NO_MATCH}: {why}", kinds=kinds)
     if sidecar.target == "cuda":
         written = cuda.match(g, list(parts))
-        return match.Match(*written) if written is not None else None
-    found = match.find(g, list(parts), _precision(sidecar, g.dtype, exact))
-    if found is not None and found.dots == TF32X3:
-        return replace(found, edit=f"{found.edit}; 3xTF32 dots")
+        found = match.as_returned(g, match.Match(*written)) if written is not None else None
+    else:
+        found = match.find(g, list(parts), _precision(sidecar, g.dtype, exact))
+        if found is not None and found.dots == TF32X3:
+            found = replace(found, edit=f"{found.edit}; 3xTF32 dots")
+    if found is None:
+        return Miss(f"{NO_MATCH}: every op is known, but no template has this graph's shape "
+                    f"({' → '.join(kinds) or 'no ops'})", kinds=kinds)
     return found
+
+
+def attempt(source: str, sidecar: Sidecar | None = None, exact: bool = False,
+            constants: dict[str, Any] | None = None,
+            phase: Callable[[str], None] | None = None) -> match.Match | Miss:
+    """The first template the reference matches at the sizes ``constants`` set, or why none
+    does. Runs the reference in this process."""
+    g = recognise_graph(source, constants, phase)
+    return g if isinstance(g, Miss) else match_graph(g, source, sidecar or Sidecar(), exact)
+
+
+def instantiate(reference_source: str, sidecar: Sidecar | None = None, exact: bool = False,
+                constants: dict[str, Any] | None = None) -> match.Match | None:
+    """``attempt``'s template, or None: for trusted callers (tests, benchmarks), since it runs
+    the reference in this process."""
+    found = attempt(reference_source, sidecar, exact, constants)
+    return found if isinstance(found, match.Match) else None
+
+
+def recognise(source: str, sidecar: Sidecar, device: str, timeout: float = RECOGNISE_TIMEOUT_S) -> dict[str, Any]:
+    """The recognition subprocess's answer for a job (``recognise`` module): never raises."""
+    request = {"source": source, "constants": sidecar.constants_for(device), "target": sidecar.target,
+               "tf32": sidecar.tf32}
+    answer = run_json("kernelabd.propose.template.recognise", request, timeout=timeout,
+                      what="template recognition of the reference")
+    if "seed" not in answer and "declined" not in answer:
+        return {"declined": "template recognition answered neither a match nor a reason"}
+    return answer
 
 
 class TemplateProposer:
     """One fused template candidate per job, from scratch (no parent); a second, with IEEE
-    dots, only when the first had 3xTF32 dots and did not pass."""
+    dots, only when the first had 3xTF32 dots and did not pass. Recognition runs once a job, in
+    a subprocess; its answer (or its decline) is kept for the job's later calls."""
 
     name = "template"
 
+    def __init__(self) -> None:
+        self._answers: dict[str, dict[str, Any]] = {}
+
+    def _answer(self, ctx: JobContext) -> dict[str, Any]:
+        side = ctx.sidecar
+        key = hashlib.sha256("\0".join([ctx.reference_source, ctx.device, side.target, str(side.tf32),
+                                        json.dumps(side.constants_for(ctx.device), sort_keys=True)])
+                             .encode()).hexdigest()
+        if key not in self._answers:
+            timeout = max(10.0, min(RECOGNISE_TIMEOUT_S, ctx.budget.seconds_left))
+            self._answers[key] = recognise(ctx.reference_source, side, ctx.device, timeout)
+            if "declined" in self._answers[key]:
+                log.info("proposer.declined", extra={"proposer": self.name, "job": ctx.job_id,
+                                                      "reason": self._answers[key]["declined"]})
+        return self._answers[key]
+
     def propose(self, ctx: JobContext) -> Proposal | Decline:
         mine = [c for c in ctx.history if c.proposer == self.name]
-        if not mine:
-            found = instantiate(ctx.reference_source, ctx.sidecar)
-            return _proposal(found, ctx.sidecar) if found is not None else Decline(NO_MATCH)
-        if len(mine) > 1 or mine[0].verdict not in ("fail", "error"):
+        if len(mine) > 1 or (mine and mine[0].verdict not in ("fail", "error")):
             return Decline()
-        seed = instantiate(ctx.reference_source, ctx.sidecar)   # what the failed one was
-        exact = (instantiate(ctx.reference_source, ctx.sidecar, exact=True)
-                 if seed is not None and seed.dots == TF32X3 else None)
-        if exact is None:
+        answer = self._answer(ctx)
+        if "declined" in answer:
+            return Decline(str(answer["declined"])) if not mine else Decline()
+        if not mine:
+            return _proposal(answer["seed"], ctx.sidecar)
+        exact = answer.get("exact")
+        if not exact:
             return Decline()
         why = mine[0].rule or mine[0].verdict
-        return _proposal(replace(exact, edit=f"{exact.edit}; IEEE dots (the 3xTF32 seed did not pass: {why})"),
+        return _proposal({**exact, "edit": f"{exact['edit']}; IEEE dots (the 3xTF32 seed did not pass: {why})"},
                          ctx.sidecar)
 
 
-def _proposal(found: match.Match, sidecar: Sidecar) -> Proposal:
-    return Proposal(source=found.source, edit=found.edit, parent_id=None, params=params_of(found.source),
-                    language=sidecar.target)
+def _proposal(found: dict[str, Any], sidecar: Sidecar) -> Proposal:
+    source, edit = str(found["source"]), str(found["edit"])
+    return Proposal(source=source, edit=edit, parent_id=None, params=params_of(source), language=sidecar.target)
