@@ -19,7 +19,10 @@ from store.home import Home
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-KERNELAB = [str(Path(sys.executable).with_name("kernelab"))]
+# The installed console script, as users run it; ``python -m kernelabd`` where there is none (the
+# GPU box runs the tests from a copy of the tree with its dependencies on PYTHONPATH).
+_SCRIPT = Path(sys.executable).with_name("kernelab")
+KERNELAB = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kernelabd"]
 
 # Small budgets: a CPU check then takes seconds, and a job a handful of checks.
 FAST_TOML = """\
