@@ -128,9 +128,14 @@ class Target:
 
     @classmethod
     def of(cls, ctx: JobContext) -> Target:
-        dtype = (ctx.capture or {}).get("dtype") or ""
+        return cls.on(ctx.device, ctx.capture)
+
+    @classmethod
+    def on(cls, device: str, capture: dict[str, Any] | None) -> Target:
+        """A job's target on ``device``, its tiles' elements of the captured main dtype."""
+        dtype = (capture or {}).get("dtype") or ""
         half = dtype in ("torch.float16", "torch.bfloat16")
-        return cls(gpu=ctx.device.startswith("cuda"), elem_bytes=2 if half else 4)
+        return cls(gpu=device.startswith("cuda"), elem_bytes=2 if half else 4)
 
 
 def _tiles(tiles: Any, params: dict[str, Any]) -> int | None:
