@@ -65,6 +65,7 @@ class SearchConfig:
     contenders: int = 2               # the best screened, if faster than the incumbent's, gated
     screen_ms: float = 5.0            # device time each configuration is timed for
     compile_workers: int = 0          # compile-only processes (0: one a core)
+    on_cpu: bool = False              # CPU jobs screen too (the interpreter's times say little)
     cpu_arch: str = ""                # CPU jobs: compile for this arch (sm_90) to drop spills
 
 

@@ -479,6 +479,9 @@ contenders = 2
 screen_ms = 5.0
 # Compile-only processes per batch; 0 = one a core.
 compile_workers = 0
+# CPU jobs screen too (Triton's interpreter, host timing: for tests and laptops; its times say
+# little of a GPU's, so by default a CPU job changes one tunable per candidate instead).
+on_cpu = false
 # CPU jobs only: also compile for this GPU arch ("sm_90") to drop spilling configurations.
 cpu_arch = ""
 

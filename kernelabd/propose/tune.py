@@ -314,8 +314,7 @@ def _tpe(rows: list[Screened], space: dict[str, tuple[Any, ...]], seed: int) -> 
     distributions = {name: CategoricalDistribution(values) for name, values in space.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                             warn_independent_sampling=False)
+        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     for row, value in zip(rows, scores(rows), strict=True):
         if all(row.params.get(name) in values for name, values in space.items()):
