@@ -113,9 +113,11 @@ def screen_batch(loop: Loop, batch: Batch, proposer: str) -> None:
     results = screen_configs(loop, batch.source, configs)
     ids = loop.rec.add_screened(loop.job_id, [_row(batch.parent_id, proposer, r, r.params == control)
                                               for r in results])
-    loop.charge(time.monotonic() - started)
+    seconds = time.monotonic() - started
+    loop.charge(seconds)
     picked = contenders(list(zip(ids, results, strict=True)), control, loop.config.search.contenders)
-    loop.rec.event("batch.screened", summary(parent, results, control, picked), job_id=loop.job_id)
+    loop.rec.event("batch.screened", f"{summary(parent, results, control, picked)} ({seconds:.1f} s)",
+                   job_id=loop.job_id)
     loop.progress(f"screened {len(results)} configurations of #{parent.id}; {len(picked)} go on to the gate")
     for screened_id, result in picked:
         if _should_stop(loop):
