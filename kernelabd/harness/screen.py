@@ -58,35 +58,68 @@ def host_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def screen(reference: Path, variants: list[tuple[dict[str, Any], str]], spec: SandboxSpec,
-           options: Options = Options()) -> list[Screened]:
-    """Screen each ``(params, source)`` variant of one candidate against ``reference``; one
-    result per variant, in order."""
-    spec = replace(spec, module=CHILD, label="screen")
-    found: dict[int, Screened] = {}
-    left = list(range(len(variants)))
-    for _ in range(RESTARTS + 1):
-        if not left:
-            break
-        left = _in_one_sandbox(reference, variants, left, spec, options, found)
-    for i in left:
-        found[i] = Screened(variants[i][0], "failed", detail="not screened: the screening sandbox kept dying")
-    return [found[i] for i in range(len(variants))]
+class Screener:
+    """One job's screening sandbox, kept from batch to batch: its interpreter, CUDA context,
+    reference (inputs, weights, fp32 outputs), compile-only processes and Triton cache are built
+    once, and each batch only compiles and times its variants. A sandbox that died is replaced
+    by a fresh one on the next use."""
 
+    def __init__(self, reference: Path, spec: SandboxSpec, options: Options = Options()) -> None:
+        self.reference = reference
+        self.spec = replace(spec, module=CHILD, label="screen")
+        self.options = options
+        self.box: Sandbox | None = None
+        self.staged_reference = ""
+        self.written = 0            # variant files written into the sandbox so far (unique names)
 
-def _in_one_sandbox(reference: Path, variants: list[tuple[dict[str, Any], str]], left: list[int],
-                    spec: SandboxSpec, options: Options, found: dict[int, Screened]) -> list[int]:
-    """Screen the ``left`` variants in one sandbox, filling ``found``; the ones still to do
-    when it died (empty when it did not)."""
-    with Sandbox(spec) as box:
-        staged_reference, staged = _stage(box, reference, variants, left)
+    def screen(self, variants: list[tuple[dict[str, Any], str]]) -> list[Screened]:
+        """Screen each ``(params, source)`` variant of one candidate; one result per variant,
+        in order."""
+        found: dict[int, Screened] = {}
+        left = list(range(len(variants)))
+        for _ in range(RESTARTS + 1):
+            if not left:
+                break
+            left = self._in_sandbox(variants, left, found)
+        for i in left:
+            found[i] = Screened(variants[i][0], "failed", detail="not screened: the screening sandbox kept dying")
+        return [found[i] for i in range(len(variants))]
+
+    def close(self) -> None:
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+
+    def __enter__(self) -> Screener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sandbox(self) -> Sandbox:
+        if self.box is None:
+            self.box = Sandbox(self.spec)
+            self.box.start()
+            self.staged_reference = self.box.stage_file(self.reference, self.reference.name)
+            sidecar = self.reference.with_suffix(".toml")
+            if sidecar.is_file():
+                self.box.stage_file(sidecar, sidecar.name)
+        return self.box
+
+    def _in_sandbox(self, variants: list[tuple[dict[str, Any], str]], left: list[int],
+                    found: dict[int, Screened]) -> list[int]:
+        """Screen the ``left`` variants in the sandbox, filling ``found``; the ones still to do
+        when it died (empty when it did not: it is then kept for the next batch)."""
+        box = self._sandbox()
+        staged = {i: self._write(box, variants[i][1]) for i in left}
         try:
-            reply, _ = box.request(_prepare(reference, staged_reference, staged, spec.device, options),
-                                   deadline=time.monotonic() + COMPILE_TIMEOUT_S,
+            reply, _ = box.request(_prepare(self.reference, self.staged_reference, staged, self.spec.device,
+                                            self.options), deadline=time.monotonic() + COMPILE_TIMEOUT_S,
                                    what="compiling the screened configurations")
         except SandboxError as exc:
             for i in left:
                 found[i] = Screened(variants[i][0], "failed", detail=exc.message)
+            self.close()
             return []
         compiled = {int(c.get("index", -1)): c for c in reply.get("compiled") or [] if isinstance(c, dict)}
         survivors = []
@@ -104,26 +137,25 @@ def _in_one_sandbox(reference: Path, variants: list[tuple[dict[str, Any], str]],
                 found[i] = Screened(variants[i][0], "failed", detail=exc.message)
                 if exc.kind == "raised":
                     continue
+                self.close()
                 return survivors[k + 1:]
             found[i] = _result(variants[i][0], {**compiled[i], **timed})
-    return []
+        return []
 
-
-def _stage(box: Sandbox, reference: Path, variants: list[tuple[dict[str, Any], str]],
-           left: list[int]) -> tuple[str, dict[int, str]]:
-    """Copy the reference (and sidecar) into the sandbox and write each variant there, read-only:
-    the sandbox reads its copies, never ours."""
-    staged_reference = box.stage_file(reference, reference.name)
-    sidecar = reference.with_suffix(".toml")
-    if sidecar.is_file():
-        box.stage_file(sidecar, sidecar.name)
-    staged = {}
-    for i in left:
-        path = box.workdir / f"variant_{i}.py"
-        path.write_text(variants[i][1])
+    def _write(self, box: Sandbox, source: str) -> str:
+        """Write one variant into the sandbox, read-only: the sandbox reads its copy, never ours."""
+        self.written += 1
+        path = box.workdir / f"variant_{self.written}.py"
+        path.write_text(source)
         path.chmod(0o444)
-        staged[i] = str(path)
-    return staged_reference, staged
+        return str(path)
+
+
+def screen(reference: Path, variants: list[tuple[dict[str, Any], str]], spec: SandboxSpec,
+           options: Options = Options()) -> list[Screened]:
+    """One batch screened in a sandbox of its own."""
+    with Screener(reference, spec, options) as screener:
+        return screener.screen(variants)
 
 
 def _prepare(reference: Path, staged_reference: str, staged: dict[int, str], device: str,

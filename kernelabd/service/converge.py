@@ -363,8 +363,11 @@ class Loop:
         except ReferenceInvalid as exc:
             return Outcome("invalid", error=str(exc))
         finally:
+            from kernelabd.service import screening
+
             self.close_spares()
             self.close_proposers()
+            screening.close(self)
 
     def _run(self) -> Outcome:
         self.materialise_reference()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelabd.harness.problem import Sidecar, load_problem
 from kernelabd.harness.sandbox import SandboxSpec
-from kernelabd.harness.screen import Options, Screened, screen
+from kernelabd.harness.screen import Options, Screened, Screener
 from kernelabd.propose.base import Batch, Candidate, JobContext, Proposal
 from kernelabd.propose.base import Screened as ScreenedRow
 from kernelabd.propose.tune import (
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from kernelabd.service.converge import Loop
 
 LITERAL_SIZES = (int, float, bool, str, tuple, list)
+_SCREENERS: dict[int, Screener] = {}     # job id -> its screening sandbox, kept between batches
 
 
 def search_context(loop: Loop, ctx: JobContext) -> JobContext:
@@ -138,12 +139,26 @@ def screen_configs(loop: Loop, source: str, configs: list[dict[str, Any]]) -> li
     (``tune.fits``) are recorded ``too_big`` without compiling; the rest go to the sandbox."""
     resources, target = resources_of(source), Target.on(loop.device, loop.job.get("capture"))
     fitting = [p for p in configs if fits(p, resources, target)]
-    box = loop.config.sandbox
-    spec = SandboxSpec(device=loop.device, user=box.user, memory_gb=box.memory_gb)
-    screened = iter(screen(loop.reference, [(p, with_params(source, p)) for p in fitting], spec, options(loop)))
+    screened = iter(screener_for(loop).screen([(p, with_params(source, p)) for p in fitting]))
     return [next(screened) if p in fitting else
             Screened(p, "too_big", detail="pruned before compiling: its declared tiles exceed the "
                      "shared memory or registers of a program") for p in configs]
+
+
+def screener_for(loop: Loop) -> Screener:
+    """The job's screening sandbox, started on its first batch and kept until the job ends."""
+    if loop.job_id not in _SCREENERS:
+        box = loop.config.sandbox
+        spec = SandboxSpec(device=loop.device, user=box.user, memory_gb=box.memory_gb)
+        _SCREENERS[loop.job_id] = Screener(loop.reference, spec, options(loop))
+    return _SCREENERS[loop.job_id]
+
+
+def close(loop: Loop) -> None:
+    """End the job's screening sandbox (and its compile-only processes), if it has one."""
+    screener = _SCREENERS.pop(loop.job_id, None)
+    if screener is not None:
+        screener.close()
 
 
 def contenders(rows: list[tuple[int, Screened]], control: dict[str, Any], keep: int) -> list[tuple[int, Screened]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelabd.harness.sandbox import SandboxSpec
-from kernelabd.harness.screen import Options, Screened, _result, screen
+from kernelabd.harness.screen import Options, Screened, Screener, _result, screen
 from kernelabd.propose.tune import with_params
 
 HERE = Path(__file__).parent / "screen"
@@ -50,6 +50,16 @@ def test_a_variant_that_kills_the_sandbox_fails_alone_and_the_rest_are_screened_
                      SandboxSpec(device="cpu"), Options(screen_ms=1.0))
     assert results[0].status == "failed" and "exited with status 3" in results[0].detail
     assert results[1].status == "timed"
+
+
+def test_a_jobs_batches_share_one_sandbox_which_ends_with_it():
+    with Screener(REFERENCE, SandboxSpec(device="cpu"), Options(screen_ms=1.0)) as screener:
+        first = screener.screen(variants({"num_warps": 4}))
+        box = screener.box
+        second = screener.screen(variants({"num_warps": 8}, {"num_warps": 1}))
+        assert screener.box is box and box.workdir.exists(), "the second batch reuses the first's sandbox"
+    assert [r.status for r in first + second] == ["timed"] * 3
+    assert not box.workdir.exists(), "closed with the screener"
 
 
 @pytest.mark.parametrize(("entry", "expected"), [

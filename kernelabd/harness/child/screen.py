@@ -8,7 +8,8 @@ blocks in fresh sandboxes before anything is kept. The sandbox builds the refere
 weights itself (seeded, at the device's sizes) and its fp32 outputs for a sanity check: a
 variant grossly off is not worth timing; no oracle is needed, since no verdict is made here.
 
-``prepare`` builds the reference and compiles every variant in compile-only processes sharing
+The sandbox lives as long as the job: its first ``prepare`` builds the reference and starts the
+compile-only processes, and every ``prepare`` compiles one batch's variants in them, all sharing
 this sandbox's Triton cache (a stand-in driver targets the GPU's architecture, as
 ``kernelab fingerprint`` does, so the compiles run on the host's cores in parallel), and reads
 what ptxas made of each kernel: a variant that spills or does not fit an SM is dropped there.
@@ -81,7 +82,7 @@ def compile_variant(index: int, path: str) -> dict[str, Any]:
     from kernelabd.harness import fit
 
     try:
-        module = load_module(path, f"kernelab_variant_{index}")
+        module = load_module(path, f"kernelab_{Path(path).stem}")
         model = module.ModelNew(*_COMPILER["init"])
         with torch.no_grad(), TritonCompileOnly() as compiled:
             model(*_COMPILER["inputs"])
@@ -96,17 +97,6 @@ def compile_variant(index: int, path: str) -> dict[str, Any]:
             "detail": "; ".join(p for u in uses for p in u.problems) or None}
 
 
-def compile_all(variants: list[dict[str, Any]], arch: str, reference: str, constants: dict[str, Any],
-                workers: int) -> list[dict[str, Any]]:
-    """Every variant compiled in ``workers`` compile-only processes (spawned: none inherits
-    this process's CUDA context or driver), all writing into this sandbox's Triton cache."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(variants))), mp_context=context,
-                             initializer=compiler_init, initargs=(arch, reference, constants)) as pool:
-        futures = [pool.submit(compile_variant, v["index"], v["path"]) for v in variants]
-        return [f.result() for f in futures]
-
-
 def _one_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
@@ -117,6 +107,8 @@ class Screen:
     """The reference built once, and each variant loaded, checked and timed in turn."""
 
     def __init__(self) -> None:
+        self.ready = False
+        self.pool: ProcessPoolExecutor | None = None
         self.device = "cpu"
         self.init: list[Any] = []
         self.inputs: list[Any] = []
@@ -126,16 +118,30 @@ class Screen:
         self.screen_ms = 5.0
 
     def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Build the reference and compile the variants; their compile verdicts, in order."""
+        """Compile the variants (building the reference and the compile-only processes on the
+        first batch, kept for the job's later ones); their compile verdicts, in order."""
+        if not self.ready:
+            self.start(msg)
+        if self.pool is None:
+            return {"compiled": [{"index": v["index"], "status": "ok"} for v in msg["variants"]], "info": self.info()}
+        futures = [self.pool.submit(compile_variant, v["index"], v["path"]) for v in msg["variants"]]
+        return {"compiled": [f.result() for f in futures], "info": self.info()}
+
+    def start(self, msg: dict[str, Any]) -> None:
+        """The job's reference, and where the GPU's architecture is known (or asked for), the
+        compile-only processes: spawned, so that none inherits this process's CUDA context or
+        driver, and all writing into this sandbox's Triton cache."""
         self.device, self.screen_ms = msg["device"], float(msg["screen_ms"])
         tf32 = bool(msg.get("tf32", False))
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         arch = msg.get("arch") or self.device_arch()
-        compiled = (compile_all(msg["variants"], arch, msg["reference"], msg["constants"], int(msg["workers"]))
-                    if arch else [{"index": v["index"], "status": "ok"} for v in msg["variants"]])
+        if arch:
+            self.pool = ProcessPoolExecutor(max_workers=max(1, int(msg["workers"])),
+                                            mp_context=multiprocessing.get_context("spawn"), initializer=compiler_init,
+                                            initargs=(arch, msg["reference"], msg["constants"]))
         self.build_reference(msg["reference"], msg["constants"])
-        return {"compiled": compiled, "arch": arch, "info": self.info()}
+        self.ready = True
 
     def device_arch(self) -> str | None:
         """The GPU's own architecture (``sm_90``), None on a CPU: the interpreter has no
@@ -172,7 +178,7 @@ class Screen:
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Load, check and time one variant: ``timed`` with its median ms, or ``wrong``."""
         started = time.perf_counter()
-        module = load_module(msg["path"], f"kernelab_variant_{msg['index']}")
+        module = load_module(msg["path"], f"kernelab_{Path(msg['path']).stem}")
         model = module.ModelNew(*self.init)
         model.load_state_dict(self.state, strict=True)
         model = model.to(self.device).eval()
