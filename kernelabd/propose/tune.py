@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import math
 import random
 import warnings
@@ -288,9 +289,15 @@ def suggest(rows: list[Screened], tunables: list[Tunable], n: int, wanted: Calla
     ones if the model keeps suggesting what ``wanted`` refuses (screened already, cannot fit)."""
     space = {t.name: choices(t) for t in tunables}
     out: list[dict[str, Any]] = []
-    if all(isinstance(v, PRIMITIVE) for values in space.values() for v in values):
+    if _model_available() and all(isinstance(v, PRIMITIVE) for values in space.values() for v in values):
         out = _take(_tpe(rows, space, seed), n, wanted)
     return out + _take(_random(space, seed), n - len(out), wanted)
+
+
+def _model_available() -> bool:
+    """Whether Optuna is installed: a box set up without it still searches (randomly, after the
+    known-good starts and the neighbours) instead of failing its jobs."""
+    return importlib.util.find_spec("optuna") is not None
 
 
 def _take(draws: Iterable[dict[str, Any]], n: int, wanted: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:

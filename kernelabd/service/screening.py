@@ -116,7 +116,8 @@ def screen_batch(loop: Loop, batch: Batch, proposer: str) -> None:
                                               for r in results])
     seconds = time.monotonic() - started
     loop.charge(seconds)
-    picked = contenders(list(zip(ids, results, strict=True)), control, loop.config.search.contenders)
+    picked = contenders(list(zip(ids, results, strict=True)), control, loop.config.search.contenders,
+                        loop.config.timing.min_gain)
     loop.rec.event("batch.screened", f"{summary(parent, results, control, picked)} ({seconds:.1f} s)",
                    job_id=loop.job_id)
     loop.progress(f"screened {len(results)} configurations of #{parent.id}; {len(picked)} go on to the gate")
@@ -161,13 +162,15 @@ def close(loop: Loop) -> None:
         screener.close()
 
 
-def contenders(rows: list[tuple[int, Screened]], control: dict[str, Any], keep: int) -> list[tuple[int, Screened]]:
-    """The ``keep`` fastest timed configurations that beat the control's screened time (the
-    fastest of all when the control itself could not be timed: the A/B decides)."""
+def contenders(rows: list[tuple[int, Screened]], control: dict[str, Any], keep: int,
+               min_gain: float = 0.0) -> list[tuple[int, Screened]]:
+    """The ``keep`` fastest timed configurations that beat the control's screened time by more
+    than ``min_gain`` (the A/B's least gain: anything closer would not be kept; the fastest of
+    all when the control itself could not be timed: the A/B decides)."""
     control_ms = next((r.ms for _, r in rows if r.params == control and r.status == "timed"), None)
     timed = [(i, r) for i, r in rows if r.status == "timed" and r.params != control and r.ms is not None]
     if control_ms is not None:
-        timed = [(i, r) for i, r in timed if r.ms is not None and r.ms < control_ms]
+        timed = [(i, r) for i, r in timed if r.ms is not None and r.ms * (1 + min_gain) < control_ms]
     return sorted(timed, key=lambda item: item[1].ms or 0.0)[:max(0, keep)]
 
 

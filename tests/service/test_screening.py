@@ -10,9 +10,10 @@ from kernelabd.client import ensure_home
 from kernelabd.config import load
 from kernelabd.harness.check import run_check
 from kernelabd.harness.problem import Sidecar
+from kernelabd.harness.screen import Screened
 from kernelabd.service.converge import Loop
 from kernelabd.service.recorder import LocalRecorder
-from kernelabd.service.screening import problem_sizes
+from kernelabd.service.screening import contenders, problem_sizes
 from store import search
 from store.db import connect
 from store.records import NewProblem, Store
@@ -134,3 +135,14 @@ def test_a_problems_sizes_are_its_literal_constants_with_the_devices_over_them()
     sidecar = Sidecar(sizes={"cuda": {"batch_size": 8192}})
     assert json.loads(problem_sizes(source, sidecar, "cuda:1")) == {"batch_size": 8192, "dim": 4096, "shape": [2, 3]}
     assert json.loads(problem_sizes(source, sidecar, "cpu")) == {"batch_size": 16, "dim": 4096, "shape": [2, 3]}
+
+
+def test_contenders_are_the_fastest_that_beat_the_control_by_more_than_the_least_gain():
+    control = {"B": 1}
+    rows = [(1, Screened(control, "timed", 1.0)), (2, Screened({"B": 2}, "timed", 0.995)),
+            (3, Screened({"B": 3}, "timed", 0.5)), (4, Screened({"B": 4}, "spills")),
+            (5, Screened({"B": 5}, "timed", 0.7)), (6, Screened({"B": 6}, "timed", 0.6))]
+    assert [i for i, _ in contenders(rows, control, 2, min_gain=0.01)] == [3, 6]
+    assert [i for i, _ in contenders(rows, control, 9, min_gain=0.01)] == [3, 6, 5], "0.5 % is inside the gain"
+    untimed = [(1, Screened(control, "wrong")), *rows[1:]]
+    assert [i for i, _ in contenders(untimed, control, 2)] == [3, 6], "no control time: the fastest, for the A/B"
