@@ -56,6 +56,26 @@ def set_constants(module: Any, constants: dict[str, Any]) -> None:
         setattr(module, key, value)
 
 
+def build(module: Any, init: list[Any], state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A variant's ``ModelNew`` holding copies of the reference's weights. It is constructed on
+    the meta device and given the weights, so its initialisers never run: every variant of a
+    large model (the FFN's 176 M parameters took seconds to initialise on a host) costs a copy.
+    A constructor that needs real values, or one leaving state the weights do not cover, is run
+    as written instead."""
+    copies = {k: v.clone() for k, v in state.items()}
+    try:
+        with torch.device("meta"):
+            model = module.ModelNew(*init)
+        model.load_state_dict(copies, strict=True, assign=True)
+        if not any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            return model
+    except Exception:  # arbitrary user code: its own failure, if any, shows on the plain run
+        pass
+    model = module.ModelNew(*init)
+    model.load_state_dict(copies, strict=True)
+    return model
+
+
 # ----- compile-only processes ------------------------------------------------------------------
 _COMPILER: dict[str, Any] = {}
 
@@ -72,7 +92,8 @@ def compiler_init(arch: str, reference: str, constants: dict[str, Any]) -> None:
     module = load_module(reference, "kernelab_reference")
     set_constants(module, constants)
     torch.manual_seed(SEED)
-    _COMPILER.update(init=list(module.get_init_inputs()), inputs=list(module.get_inputs()))
+    init = list(module.get_init_inputs())
+    _COMPILER.update(init=init, inputs=list(module.get_inputs()), state=module.Model(*init).state_dict())
 
 
 def compile_variant(index: int, path: str) -> dict[str, Any]:
@@ -83,7 +104,7 @@ def compile_variant(index: int, path: str) -> dict[str, Any]:
 
     try:
         module = load_module(path, f"kernelab_{Path(path).stem}")
-        model = module.ModelNew(*_COMPILER["init"])
+        model = build(module, _COMPILER["init"], _COMPILER["state"])
         with torch.no_grad(), TritonCompileOnly() as compiled:
             model(*_COMPILER["inputs"])
         uses = [fit.usage_of(kernel) for kernel, _ in compiled.kernels]
@@ -179,9 +200,7 @@ class Screen:
         """Load, check and time one variant: ``timed`` with its median ms, or ``wrong``."""
         started = time.perf_counter()
         module = load_module(msg["path"], f"kernelab_{Path(msg['path']).stem}")
-        model = module.ModelNew(*self.init)
-        model.load_state_dict(self.state, strict=True)
-        model = model.to(self.device).eval()
+        model = build(module, self.init, self.state).to(self.device).eval()
 
         def call() -> Any:
             with torch.no_grad():
