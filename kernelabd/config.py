@@ -26,18 +26,25 @@ class DaemonConfig:
     log_level: str = "info"
 
 
+# torch.compile modes a job can time as the user's peers ([jobs] peers), by the key each is
+# reported under (report.json "peers": {"compile_ms", "compile_max_autotune_ms", …}).
+PEER_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
+
+
 @dataclass
 class JobsConfig:
     max_candidates: int = 40
     max_minutes: float = 30.0
     patience: int = 8                               # proposals without an accepted gain
     proposers: list[str] = field(default_factory=lambda: ["template", "inductor", "tune"])
+    peers: list[str] = field(default_factory=lambda: ["compile", "compile_max_autotune"])  # torch.compile modes timed
 
 
 @dataclass
 class GateConfig:
     tol_factor: float = 10.0      # tolerance = tol_factor × the fp32 reference's own error …
     timeout_s: float = 300.0      # … floored per dtype; per-evaluation deadline
+    reseed_every: int = 8         # candidates between fresh secret seeds (0 = never)
 
 
 @dataclass
@@ -150,6 +157,9 @@ def parse(text: str, source: str = "kernelab.toml") -> Config:
         if f.name in data:
             setattr(cfg, f.name, _section(type(getattr(cfg, f.name)), f.name, data[f.name], source))
     validate_lock_clocks(cfg.timing.lock_clocks, source)
+    bad = [p for p in cfg.jobs.peers if p not in PEER_MODES]
+    if bad:
+        raise ConfigError(f"{source}: [jobs] peers must be a subset of {list(PEER_MODES)}, got {bad}")
     validate_cluster(cfg.cluster, source)
     return cfg
 
@@ -217,10 +227,13 @@ max_candidates = 40      # stop a job after this many candidates
 max_minutes = 30.0       # … or after this long
 patience = 8             # … or after this many proposals without an accepted gain
 proposers = ["template", "inductor", "tune"]
+peers = ["compile", "compile_max_autotune"]   # the reference under torch.compile, timed at the start
+                         # of every GPU job (default and max-autotune-no-cudagraphs); [] = none
 
 [gate]
 tol_factor = 10.0        # tolerance = tol_factor × the fp32 reference's own error (floored by dtype)
 timeout_s = 300.0        # deadline of one evaluation; a hang past it is killed
+reseed_every = 8         # candidates between fresh secret seeds for the gate's inputs (0 = never)
 
 [timing]
 budget_s = 8.0           # wall-time budget of one A/B comparison

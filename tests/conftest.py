@@ -29,6 +29,7 @@ rescan_s = 5.0
 [jobs]
 max_candidates = {max_candidates}
 proposers = ["tune"]
+peers = []
 [timing]
 budget_s = 0.5
 min_pairs = 2

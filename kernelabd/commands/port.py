@@ -99,7 +99,7 @@ def _run(store: Store, recorder: LocalRecorder, job_id: int, device: str, config
                 console.log(line)
 
         try:
-            outcome = loop_cls(job_id, recorder, check=_check(), config=config, device=device,
+            outcome = loop_cls(job_id, recorder, config=config, device=device,
                                workdir=home.work / f"job-{job_id}", progress=progress).run()
         except KeyboardInterrupt:
             store.interrupt_job(job_id, "paused")
@@ -110,8 +110,3 @@ def _run(store: Store, recorder: LocalRecorder, job_id: int, device: str, config
     recorder.end_job(job_id, outcome.state, outcome.stop_reason, outcome.error)
     return outcome.state
 
-
-def _check():
-    from kernelabd.harness.check import run_check
-
-    return run_check

@@ -12,6 +12,8 @@ outside; an honest reordering of floating-point sums lands inside.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +50,18 @@ class SetOutcome:
     tolerance: Tolerance
 
 
+CHUNK = 1 << 25                # elements one comparison step holds in float64 (256 MiB)
+
+
+def _pieces(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """Aligned flat chunks of same-sized tensors: comparisons over outputs of many gigabytes
+    hold a chunk's float64 temporaries at a time, never a float64 copy of the whole."""
+    flats = [t.reshape(-1) for t in tensors]
+    n = flats[0].numel()
+    for start in range(0, n, CHUNK):
+        yield start, [f[start:start + CHUNK] for f in flats]
+
+
 def rel_errors(x: torch.Tensor, oracle: torch.Tensor) -> tuple[float, float, int]:
     """Normwise relative error, worst elementwise error, and where that worst element is.
 
@@ -55,13 +69,46 @@ def rel_errors(x: torch.Tensor, oracle: torch.Tensor) -> tuple[float, float, int
     not demand impossible relative accuracy, while a few wrong elements lost in a large norm
     still show.
     """
-    d = x.double() - oracle
-    o = oracle.abs()
-    norm = float(torch.linalg.vector_norm(d) / max(float(torch.linalg.vector_norm(oracle)), 1e-300))
-    rms = float(oracle.pow(2).mean().sqrt()) if oracle.numel() else 0.0
-    elem = d.abs() / (o + max(rms, 1e-300))
-    flat = int(torch.argmax(elem)) if elem.numel() else 0
-    return norm, float(elem.reshape(-1)[flat]) if elem.numel() else 0.0, flat
+    if oracle.numel() == 0:
+        return 0.0, 0.0, 0
+    d2 = o2 = torch.zeros((), dtype=torch.float64, device=oracle.device)
+    for _, (xc, oc) in _pieces(x, oracle):
+        o = oc.double()
+        d2 = d2 + (xc.double() - o).square().sum()
+        o2 = o2 + o.square().sum()
+    norm = math.sqrt(float(d2)) / max(math.sqrt(float(o2)), 1e-300)
+    scale = max(math.sqrt(float(o2) / oracle.numel()), 1e-300)
+    worst, at = -1.0, 0
+    for start, (xc, oc) in _pieces(x, oracle):
+        o = oc.double()
+        elem = (xc.double() - o).abs_().div_(o.abs().add_(scale))
+        j = int(torch.argmax(elem))
+        value = float(elem[j])
+        if value > worst or math.isnan(value):
+            worst, at = value, start + j
+            if math.isnan(value):
+                break
+    return norm, worst, at
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    return not t.is_floating_point() or all(bool(torch.isfinite(c).all()) for _, (c,) in _pieces(t))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN payloads and -0.0 included), unlike ``torch.equal``."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    raw_a = a.contiguous().reshape(-1).view(torch.uint8)
+    raw_b = b.contiguous().reshape(-1).view(torch.uint8)
+    return all(bool(torch.equal(x, y)) for _, (x, y) in _pieces(raw_a, raw_b))
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
+    """``torch.allclose`` a chunk at a time."""
+    return a.shape == b.shape and all(
+        bool(((x.double() - y.double()).abs() <= atol + rtol * y.double().abs()).all())
+        for _, (x, y) in _pieces(a, b))
 
 
 def calibrate(ref: list[torch.Tensor], oracle: list[torch.Tensor]) -> dict[str, Any]:
@@ -71,7 +118,7 @@ def calibrate(ref: list[torch.Tensor], oracle: list[torch.Tensor]) -> dict[str, 
     nothing more, and large GPU outputs stay where they were made.
     """
     errors = [rel_errors(r, o) for r, o in zip(ref, oracle, strict=True)]
-    finite = all(bool(torch.isfinite(t).all()) for t in ref + oracle if t.is_floating_point())
+    finite = all(all_finite(t) for t in ref + oracle)
     return {"norm": max(e[0] for e in errors), "elem": max(e[1] for e in errors),
             "finite": finite, "dtype": str(ref[0].dtype).removeprefix("torch.")}
 
@@ -98,8 +145,7 @@ def check_reference(oracles: list[list[torch.Tensor]], base_sets: list[int]) -> 
                 "candidate returning zeros would pass")
     if len(base_sets) >= 2:
         a, b = oracles[base_sets[0]], oracles[base_sets[1]]
-        if all(x.shape == y.shape and torch.allclose(x, y, rtol=1e-9, atol=1e-12)
-               for x, y in zip(a, b, strict=True)):
+        if all(_close(x, y, rtol=1e-9, atol=1e-12) for x, y in zip(a, b, strict=True)):
             return "reference outputs are identical for different inputs; nothing to check"
     return None
 
@@ -125,12 +171,17 @@ def check_structure(ref: list[dict[str, Any]], cand: list[dict[str, Any]], index
 
 def check_finite(outs: list[torch.Tensor], index: int) -> Failure | None:
     for i, t in enumerate(outs):
-        if t.is_floating_point():
-            bad = ~torch.isfinite(t)
-            if bool(bad.any()):
-                where = int(torch.nonzero(bad.reshape(-1))[0])
-                return Failure("non_finite", f"output {i} has {int(bad.sum())} NaN/Inf value(s)",
-                               {"input_set": index, "output": i, "index": unravel(where, t.shape)})
+        if all_finite(t):
+            continue
+        bad_total, first = 0, None
+        for start, (c,) in _pieces(t):
+            bad = ~torch.isfinite(c)
+            count = int(bad.sum())
+            if count and first is None:
+                first = start + int(torch.nonzero(bad)[0])
+            bad_total += count
+        return Failure("non_finite", f"output {i} has {bad_total} NaN/Inf value(s)",
+                       {"input_set": index, "output": i, "index": unravel(first or 0, t.shape)})
     return None
 
 
@@ -228,8 +279,8 @@ def check_deterministic(first: list[torch.Tensor], again: list[torch.Tensor], to
     for i, (a, b) in enumerate(zip(first, again, strict=True)):
         if a.shape != b.shape:
             return Failure("nondeterministic", f"output {i} changed shape between identical runs")
-        norm, _, flat = rel_errors(b, a.double())
-        if not (norm <= DETERMINISM_SHARE * tol.norm) or not torch.isfinite(b).all():
+        norm, _, flat = rel_errors(b, a)
+        if not (norm <= DETERMINISM_SHARE * tol.norm) or not all_finite(b):
             return Failure("nondeterministic", f"output {i} differs between two identical runs "
                            f"(normwise {norm:.3g})", {"output": i, "index": unravel(flat, a.shape)})
     return None

@@ -190,15 +190,18 @@ class Sandbox:
         return data[-STDERR_TAIL:].decode(errors="replace")
 
     def request(self, header: dict[str, Any], tensors: list[torch.Tensor] | None = None, *,
-                deadline: float, what: str) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Send one message and wait for the reply until ``deadline`` (a ``time.monotonic``)."""
+                deadline: float, what: str, fds: list[int] | None = None,
+                received: list[int] | None = None) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Send one message and wait for the reply until ``deadline`` (a ``time.monotonic``).
+        ``fds`` travel with the message (the caller keeps its own); descriptors that come back
+        are appended to ``received`` (the caller owns them; without it they are closed)."""
         from kernelabd.harness import wire
 
         assert self._sock is not None
         try:
             self._sock.settimeout(max(0.01, deadline - time.monotonic()))
-            wire.send(self._sock, header, tensors)
-            reply, out = wire.recv(self._sock)
+            wire.send(self._sock, header, tensors, fds=fds)
+            reply, out = wire.recv(self._sock, received)
         except TimeoutError:
             self.kill()
             raise SandboxError("timeout", f"{self.spec.label} did not finish {what} before its "

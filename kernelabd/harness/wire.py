@@ -10,6 +10,7 @@ candidate returns can be a subclass, a lazy object or a view of memory it still 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 
 MAX_HEADER = 16 << 20          # a header larger than this is a protocol violation
 MAX_PAYLOAD = 64 << 30
+MAX_FDS = 16                   # file descriptors one message may carry (shared arenas)
 
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
@@ -98,9 +100,28 @@ def _decode_tensor(meta: Any, payload: bytearray, offset: int) -> tuple[torch.Te
     return flat.reshape(shape), offset + nbytes + _pad(nbytes)
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, Any], list[torch.Tensor]]:
-    """Read one message; anything malformed raises ``ProtocolError``."""
-    head_len, payload_len = struct.unpack("<QQ", bytes(_recv_exact(sock, 16)))
+def _recv_prefix(sock: socket.socket, fds: list[int]) -> bytes:
+    """The 16-byte length prefix, and the descriptors that travel with the message's first bytes."""
+    data, got, _flags, _addr = socket.recv_fds(sock, 16, MAX_FDS)
+    fds.extend(got)
+    if not data:
+        raise ProtocolError("peer closed the connection")
+    return data + bytes(_recv_exact(sock, 16 - len(data))) if len(data) < 16 else data
+
+
+def recv(sock: socket.socket, fds: list[int] | None = None) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """Read one message; anything malformed raises ``ProtocolError``. Descriptors that came with
+    it are appended to ``fds`` (the caller owns them); without ``fds`` any are closed at once."""
+    received: list[int] = []
+    try:
+        prefix = _recv_prefix(sock, received)
+    finally:
+        if fds is None:
+            for fd in received:
+                os.close(fd)
+        else:
+            fds.extend(received)
+    head_len, payload_len = struct.unpack("<QQ", prefix)
     if head_len > MAX_HEADER or payload_len > MAX_PAYLOAD:
         raise ProtocolError("message too large")
     try:
@@ -119,6 +140,12 @@ def recv(sock: socket.socket) -> tuple[dict[str, Any], list[torch.Tensor]]:
 
 
 def send(sock: socket.socket, header: dict[str, Any],
-         tensors: list[torch.Tensor] | None = None) -> None:
-    for chunk in encode(header, tensors):
+         tensors: list[torch.Tensor] | None = None, fds: list[int] | None = None) -> None:
+    """Send one message; ``fds`` (arena descriptors) travel with its first bytes."""
+    first, *rest = encode(header, tensors)
+    if fds:
+        sent = socket.send_fds(sock, [first], list(fds))
+        first = first[sent:]
+    sock.sendall(first)
+    for chunk in rest:
         sock.sendall(chunk)

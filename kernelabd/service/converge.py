@@ -9,6 +9,9 @@ next move from that history, carry on where they were.
 
 from __future__ import annotations
 
+import json
+import math
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -18,7 +21,8 @@ from typing import Any, Protocol
 
 from kernelabd.config import Config
 from kernelabd.harness.problem import ProblemError, load_problem
-from kernelabd.harness.sandbox import Sandbox, SandboxSpec, head_start
+from kernelabd.harness.sandbox import SandboxSpec
+from kernelabd.harness.session import Rejected, Session
 from kernelabd.propose.base import (
     Batch,
     Budget,
@@ -32,7 +36,6 @@ from kernelabd.propose.base import (
 )
 from kernelabd.propose.tune import params_of
 
-CheckFn = Callable[..., Any]          # kernelabd.harness.check.run_check's signature
 Progress = Callable[[str], None]
 SOL_MARGIN = 1.05                     # within 5 % of the speed-of-light floor: nothing left
 
@@ -60,6 +63,10 @@ class Recorder(Protocol):
     def cache_best(self, entry: dict[str, Any]) -> bool: ...
     def add_exchange(self, job_id: int, candidate_id: int | None,
                      exchange: dict[str, Any]) -> None: ...
+
+
+# Results that mean the reference, not the candidate, cannot be evaluated.
+REFERENCE_RULES = frozenset({"bad_reference", "too_big"})
 
 
 class ReferenceInvalid(Exception):
@@ -106,10 +113,12 @@ def _sidecar_proposers(sidecar: str | None) -> list[str] | None:
 
 
 def stop_reason(limits: Limits, history: list[Candidate], active_s: float,
-                sol_ms: float | None, next_s: float = 0.0) -> str | None:
+                sol_ms: float | None, next_s: float = 0.0, peer_speedup: float = 1.0) -> str | None:
     """The stop rule that applies now, if any (ARCHITECTURE.md, "Acceptance and convergence").
     ``next_s`` is what the next evaluation is expected to cost: a candidate that would end past
-    ``max_minutes`` is not started, so the budget is a ceiling rather than a starting line."""
+    ``max_minutes`` is not started, so the budget is a ceiling rather than a starting line.
+    ``peer_speedup`` is the best torch.compile mode's speedup over eager: near the speed of light
+    is no reason to stop while the job is still behind it."""
     if len(history) >= limits.max_candidates:
         return f"max_candidates ({limits.max_candidates}) reached"
     if active_s >= limits.max_minutes * 60:
@@ -123,9 +132,19 @@ def stop_reason(limits: Limits, history: list[Candidate], active_s: float,
         if len(since) >= limits.patience:
             return f"patience: {len(since)} proposals without an accepted gain"
         best_ms = accepted[-1].candidate_ms
-        if sol_ms and best_ms and best_ms <= sol_ms * SOL_MARGIN:
+        ahead = math.prod(c.speedup or 1.0 for c in accepted) >= peer_speedup
+        if sol_ms and best_ms and best_ms <= sol_ms * SOL_MARGIN and ahead:
             return f"near speed of light ({best_ms:.4g} ms vs floor {sol_ms:.4g} ms)"
     return None
+
+
+def best_peer_speedup(peers: dict[str, Any] | str | None) -> float:
+    """The best torch.compile mode's measured speedup over eager (1.0 when none beat it)."""
+    if isinstance(peers, str):
+        peers = json.loads(peers)
+    if not peers:
+        return 1.0
+    return max([1.0, *(v for k, v in peers.items() if k.endswith("_speedup") and isinstance(v, int | float))])
 
 
 def decide(result: dict[str, Any], has_incumbent: bool) -> bool:
@@ -139,12 +158,11 @@ def decide(result: dict[str, Any], has_incumbent: bool) -> bool:
 class Loop:
     """One job's loop, bound to its recorder, harness and working directory."""
 
-    def __init__(self, job_id: int, recorder: Recorder, *, check: CheckFn, config: Config,
+    def __init__(self, job_id: int, recorder: Recorder, *, config: Config,
                  device: str, workdir: Path, progress: Progress | None = None,
                  prestart: bool | None = None) -> None:
         self.job_id = job_id
         self.rec = recorder
-        self.check = check
         self.config = config
         self.device = device
         self.workdir = workdir
@@ -156,10 +174,10 @@ class Loop:
         self.limits = Limits.for_job(state["job_config"], config, self.job.get("sidecar"))
         self.active_s = float(self.job.get("active_s") or 0.0)
         self.reference = workdir / f"{self.job['problem_name']}.py"
-        # On a GPU, the next evaluation's sandboxes start while this one runs (on a CPU they
+        # On a GPU, the next evaluation's sandbox starts while this one runs (on a CPU it
         # would take cores from the timing).
         self.prestart = device != "cpu" if prestart is None else prestart
-        self._spares: dict[str, Sandbox] = {}
+        self.session: Session | None = None
         self.costs: list[float] = []      # seconds each evaluation of this run took
         self.declines: set[tuple[str, str]] = set()   # (proposer, reason) already recorded
         self._loaded: list[Proposer] = []
@@ -219,19 +237,22 @@ class Loop:
     def evaluate(self, cand: Candidate) -> None:
         """Gate and time one candidate against the incumbent (or the reference) and record the
         verdict; raises ``ReferenceInvalid`` when the reference itself is the problem."""
+        assert self.session is not None
         started = time.monotonic()
         incumbent = self.incumbent
         baseline = self.candidate_file(incumbent) if incumbent is not None else None
         path = self.candidate_file(cand)
         self.rec.start_candidate(cand.id)
         self.progress(f"candidate #{cand.id} ({cand.edit or cand.proposer}): checking")
-        result = self.check(self.reference, path, device=self.device, baseline=baseline,
-                            config=self.config, progress=self.progress, early=self.sandboxes())
+        fingerprinting = self.start_fingerprint(path)
+        result = self.session.evaluate(path, baseline)
         data = result.to_json()
-        if data.get("rule") == "bad_reference":
+        if data.get("rule") in REFERENCE_RULES:
             raise ReferenceInvalid(data.get("reason") or "the reference cannot be evaluated")
         accepted = decide(data, incumbent is not None)
-        self.fingerprint(cand, path, data)
+        if accepted:
+            self.session.promote()
+        self.finish_fingerprint(cand, fingerprinting, data)
         self.rec.finish_candidate(self.job_id, cand.id, data, accepted)
         if incumbent is None and data.get("reference_ms") and not self.job.get("reference_ms"):
             fields = {"reference_ms": data["reference_ms"], "reference_noise": data.get("aa_noise")}
@@ -242,18 +263,36 @@ class Loop:
         self.charge(self.costs[-1])
         self.report(cand, data, accepted)
 
-    def fingerprint(self, cand: Candidate, path: Path, data: dict[str, Any]) -> None:
-        """On a GPU, add the candidate's machine-code fingerprint to its result (the recorder
-        keeps it apart). On CPU there is no machine code: candidates run in Triton's
-        interpreter there, and ``kernelab fingerprint --arch`` makes one without a GPU."""
-        if self.device == "cpu" or data.get("rule") == "bad_candidate":
-            return
+    def start_fingerprint(self, path: Path) -> tuple[threading.Thread, dict[str, Any]] | None:
+        """On a GPU, the candidate's machine-code fingerprint, made in a sandbox of its own
+        (compiling on the host's cores) while the device gates and times it. On CPU there is
+        no machine code: candidates run in Triton's interpreter there, and ``kernelab
+        fingerprint --arch`` makes one without a GPU."""
+        if self.device == "cpu":
+            return None
         from kernelabd.fingerprint.sandboxed import fingerprint_in_sandbox
 
-        self.progress(f"candidate #{cand.id}: fingerprinting its machine code")
         spec = SandboxSpec(device=self.device, user=self.config.sandbox.user,
                            memory_gb=self.config.sandbox.memory_gb, label="fingerprint")
-        found = fingerprint_in_sandbox(self.reference, path, spec)
+        found: dict[str, Any] = {}
+
+        def run() -> None:
+            t0 = time.monotonic()
+            found.update(fingerprint_in_sandbox(self.reference, path, spec))
+            found["_s"] = time.monotonic() - t0
+
+        thread = threading.Thread(target=run, name="kernelab-fingerprint", daemon=True)
+        thread.start()
+        return thread, found
+
+    def finish_fingerprint(self, cand: Candidate, started: tuple[threading.Thread, dict[str, Any]] | None,
+                           data: dict[str, Any]) -> None:
+        """Add the fingerprint to the candidate's result (the recorder keeps it apart)."""
+        if started is None or data.get("rule") == "bad_candidate":
+            return
+        thread, found = started
+        thread.join()
+        data.setdefault("stages", {})["fingerprint"] = round(found.pop("_s", 0.0), 3)
         data["fingerprint"] = found
         if "kernels" in found:
             self.fingerprints[cand.id] = {"kernels": [
@@ -264,26 +303,6 @@ class Loop:
         compile times and with the candidate's speed; the first is often the dearest, the
         reference's compile and the CUDA contexts being new), 0 before any."""
         return max(self.costs[-3:], default=0.0)
-
-    def sandboxes(self) -> dict[str, Sandbox]:
-        """This evaluation's sandboxes, started during the previous one, and the next one's,
-        started now: each is still a fresh process used for one evaluation, but its interpreter,
-        torch, CUDA context and Triton stubs come up while a candidate is being checked
-        instead of on the way to the next verdict."""
-        if not self.prestart:
-            return {}
-        ready = self._spares or self._start_spares()
-        self._spares = self._start_spares()
-        return ready
-
-    def _start_spares(self) -> dict[str, Sandbox]:
-        box = self.config.sandbox
-        return head_start(self.device, box.user, box.memory_gb, ("reference", "candidate", "baseline"))
-
-    def close_spares(self) -> None:
-        for box in self._spares.values():
-            box.close()
-        self._spares = {}
 
     def replace(self, cand: Candidate, data: dict[str, Any], accepted: bool) -> None:
         done = Candidate(id=cand.id, proposer=cand.proposer, source=cand.source,
@@ -365,14 +384,17 @@ class Loop:
         finally:
             from kernelabd.service import screening
 
-            self.close_spares()
+            if self.session is not None:
+                self.session.close()
             self.close_proposers()
             screening.close(self)
 
     def _run(self) -> Outcome:
         self.materialise_reference()
         self.check_reference()
+        self.open_session()
         self.capture()
+        self.measure_peers()
         for cand in [c for c in self.history if c.state != "done"]:
             self.rec.event("candidate.redo", f"#{cand.id} was in flight; evaluating it again",
                            job_id=self.job_id)
@@ -384,7 +406,7 @@ class Loop:
         proposers = self._loaded = self.proposers()
         while True:
             reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
-                                 self.next_cost())
+                                 self.next_cost(), best_peer_speedup(self.job.get("peers")))
             if reason is None:
                 picked = self.next_proposal(proposers)
                 if picked is None:
@@ -399,26 +421,60 @@ class Loop:
             else:
                 self.evaluate(self.record(proposal, name))
 
+    def open_session(self) -> None:
+        """The job-long reference: its sandbox, its memory plan and its float64 oracle, made
+        once for every candidate of this run; a reference that cannot be used ends the job."""
+        self.session = Session(load_problem(self.reference), self.device, self.config, self.progress,
+                               prestart=self.prestart)
+        try:
+            self.session.open()
+        except Rejected as rej:
+            if self.session.plan is not None:
+                self.rec.update_job(self.job_id, {"plan": self.session.plan.to_json()})
+            raise ReferenceInvalid(self.named(rej.result.reason or "the reference cannot be evaluated")) from None
+        assert self.session.plan is not None
+        plan = self.session.plan.to_json()
+        self.rec.update_job(self.job_id, {"plan": plan})
+        if plan["dropped"] or plan["oracle"] != "whole" or plan["timing_sets"] < 2:
+            self.rec.event("plan.reduced", _plan_line(plan), job_id=self.job_id)
+
+    def named(self, text: str) -> str:
+        """A message about the job's copy of the reference, naming the file as the user did."""
+        return text.replace(str(self.reference), self.reference.name)
+
     def capture(self) -> None:
-        """FLOPs, bytes moved and launch records of the reference, and the speed-of-light
-        floor they give on this device, once per job."""
+        """FLOPs, bytes moved and launch records of the reference (from its sandbox), and the
+        speed-of-light floor they give on this device, once per job."""
         if self.job.get("capture"):
             return
-        from kernelabd.service.capture import capture_reference
+        from kernelabd.harness.sandbox import SandboxError
 
+        assert self.session is not None
         self.progress("capturing the reference")
         try:
-            data = capture_reference(self.reference, self.device)
-        except Exception as exc:  # the reference's own failure is the gate's to report
-            data = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            data = self.session.capture()
+        except SandboxError as exc:
+            raise ReferenceInvalid(self.named(f"{self.reference}: capture failed: {exc.message}")) from None
         fields: dict[str, Any] = {"capture": data}
-        sol = self.speed_of_light(data) if "error" not in data else None
+        sol = self.speed_of_light(data)
         if sol is not None:
             data["sol"] = sol
             fields["sol_ms"] = sol["ms"]
             self.job["sol_ms"] = sol["ms"]
         self.rec.update_job(self.job_id, fields)
         self.job["capture"] = data
+
+    def measure_peers(self) -> None:
+        """The reference under torch.compile, timed against eager once a job (``[jobs] peers``):
+        what the user already has, and what a port must beat."""
+        if self.job.get("peers") or not self.config.jobs.peers:
+            return
+        assert self.session is not None
+        peers = self.session.peers(list(self.config.jobs.peers))
+        self.rec.update_job(self.job_id, {"peers": peers})
+        self.job["peers"] = peers
+        for key, why in peers["errors"].items():
+            self.rec.event("peers.unmeasured", f"{key}: {why}", level="warning", job_id=self.job_id)
 
     def speed_of_light(self, capture: dict[str, Any]) -> dict[str, Any] | None:
         """The job's floor from this device's ceilings, measured once per device per home."""
@@ -449,6 +505,16 @@ class Loop:
             error = ("no candidate to evaluate: no starting NAME.new.py and no proposer "
                      f"({', '.join(self.limits.proposers) or 'none'}) produced one")
         return Outcome("failed", stop_reason=reason, error=_one_line(error))
+
+
+def _plan_line(plan: dict[str, Any]) -> str:
+    """The memory plan's reductions, in one line."""
+    parts = [f"{plan['gate_sets']} gate set(s) of the main shape", f"{plan['timing_sets']} timing set(s)"]
+    if plan["dropped"]:
+        parts.append(f"dropped {', '.join(plan['dropped'])}")
+    if plan["oracle"] != "whole":
+        parts.append(f"float64 oracle in {plan['oracle_chunks']} batch chunks")
+    return "memory plan: " + "; ".join(parts)
 
 
 def _speed(data: dict[str, Any]) -> str:

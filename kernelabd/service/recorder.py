@@ -24,8 +24,9 @@ class LocalRecorder:
         if job is None:
             raise LookupError(f"no job {job_id}")
         job_config = json.loads(job["config"] or "{}")
-        if isinstance(job.get("capture"), str):
-            job["capture"] = json.loads(job["capture"])
+        for key in ("capture", "plan", "peers"):
+            if isinstance(job.get(key), str):
+                job[key] = json.loads(job[key])
         return {"job": job, "job_config": job_config, "candidates": self.store.candidates(job_id),
                 "fingerprints": fingerprints.load_job(self.store.conn, job_id)}
 
@@ -50,12 +51,12 @@ class LocalRecorder:
             write_results(self.store, self.home, job_id)
 
     def update_job(self, job_id: int, fields: dict[str, Any]) -> None:
-        allowed = {"reference_ms", "reference_noise", "sol_ms", "capture"}
+        allowed = {"reference_ms", "reference_noise", "sol_ms", "capture", "plan", "peers"}
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"a worker may not set {sorted(bad)}")
-        if isinstance(fields.get("capture"), dict):
-            fields = {**fields, "capture": json.dumps(fields["capture"])}
+        fields = {k: json.dumps(v) if k in ("capture", "plan", "peers") and isinstance(v, dict) else v
+                  for k, v in fields.items()}
         self.store.update_job(job_id, **fields)
 
     def add_active_time(self, job_id: int, seconds: float) -> None:

@@ -103,12 +103,10 @@ def run_job(job_id: int, rec: RpcRecorder, *, config: Config, device: str,
             work: Path) -> None:
     """Run one job's loop to its end and report how it ended; a failure of the loop itself
     (not of a candidate) fails the job with a one-line error rather than the worker."""
-    from kernelabd.harness.check import run_check
     from kernelabd.service.converge import Loop, Outcome
 
     try:
-        outcome = Loop(job_id, rec, check=run_check, config=config, device=device,
-                       workdir=work / f"job-{job_id}").run()
+        outcome = Loop(job_id, rec, config=config, device=device, workdir=work / f"job-{job_id}").run()
     except Exception as exc:
         log.error("job.crashed", extra={"job": job_id, "detail": traceback.format_exc()})
         outcome = Outcome("failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0])

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from kernelabd.cudalang.loader import CompileError
-from kernelabd.harness.check import _sandbox_failure, run_check
+from kernelabd.harness.check import run_check
 from kernelabd.harness.child.server import error_reply
 from kernelabd.harness.problem import load_problem
 from kernelabd.harness.sandbox import SandboxError
+from kernelabd.harness.session import sandbox_failure
 from tests.conftest import EXAMPLES, KERNELAB, ROOT
 
 REFERENCE, CANDIDATE = EXAMPLES / "cuda" / "softmax.py", EXAMPLES / "cuda" / "softmax.new.py"
@@ -36,7 +37,7 @@ def test_a_compile_error_fails_rule_compile_with_the_log_as_evidence() -> None:
                               'identifier "z" is undefined')
     assert reply["evidence"] == {"log": LOG}
     failure = SandboxError("raised", reply["error"], rule=reply["rule"], evidence=reply["evidence"])
-    result = _sandbox_failure(failure, "candidate", "cuda:0")
+    result = sandbox_failure(failure, "candidate", "cuda:0")
     assert (result.verdict, result.rule, result.exit_code) == ("fail", "compile", 1)
     assert result.evidence["log"] == LOG
 

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from kernelabd.config import Config
-from kernelabd.harness.check import Check, run_check
+from kernelabd.harness.check import run_check
 from kernelabd.harness.problem import load_problem
 from kernelabd.harness.sandbox import head_start
+from kernelabd.harness.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax.py"
@@ -76,13 +77,14 @@ def _our_sandbox(proc: Path) -> bool:
         return False
 
 
-def test_head_started_sandboxes_are_the_ones_the_check_uses_and_it_closes_them() -> None:
+def test_head_started_sandboxes_are_the_ones_the_session_uses_and_it_closes_them() -> None:
     early = head_start("cpu", "", 0.0, ("reference", "candidate"))
-    check = Check(load_problem(SOFTMAX), ROOT / "examples" / "softmax.new.py", "cpu", None, gate_only(), None,
-                  early)
-    result = check.run(time_it=False)
-    assert result.verdict == "pass", result.reason
-    assert check.boxes == [early["reference"], early["candidate"]]
+    with Session(load_problem(SOFTMAX), "cpu", gate_only(), early=early) as session:
+        session.open()
+        result = session.evaluate(ROOT / "examples" / "softmax.new.py", time_it=False)
+        assert result.verdict == "pass", result.reason
+        assert session.ref_box is early["reference"]
+        assert session.pending is not None and session.pending.box is early["candidate"]
     for box in early.values():
         assert box._proc is not None and box._proc.poll() is not None
         assert not box.workdir.exists()
@@ -107,7 +109,7 @@ def test_a_reference_that_draws_on_the_host_still_gets_its_inputs():
     """On a GPU, weights and inputs are made on the device; code that needs host tensors
     (``.numpy()`` on a fresh draw) fails there and is run again as written, from the same seed.
     The "meta" device stands in for a GPU: host-only code fails on it the same way."""
-    from kernelabd.harness.child.server import on_device
+    from kernelabd.harness.child.inputs import on_device
 
     def host_only():
         return torch.from_numpy(torch.randn(4).numpy() * 2)

@@ -8,7 +8,6 @@ import json
 
 from kernelabd.client import ensure_home
 from kernelabd.config import load
-from kernelabd.harness.check import run_check
 from kernelabd.harness.problem import Sidecar
 from kernelabd.harness.screen import Screened
 from kernelabd.service.converge import Loop
@@ -79,7 +78,7 @@ def run_job(home, name: str, start: str) -> tuple[Loop, Store]:
     store.start_job(job_id, "cpu")
     config = load(home.config)
     config.timing.budget_s = 3.0     # enough A/B pairs on a loaded CPU for a 4× gain to clear its noise
-    loop = Loop(job_id, LocalRecorder(store, home), check=run_check, config=config,
+    loop = Loop(job_id, LocalRecorder(store, home), config=config,
                 device="cpu", workdir=home.work / f"job-{job_id}")
     outcome = loop.run()
     assert outcome.state == "done", outcome.error

@@ -21,12 +21,21 @@ import torch
 
 EPS = 1e-2
 FINGERPRINT_SIGMAS = 8.0   # honest error projects to N(0, ||c - o||²): 8σ is never reached
+WINDOW = 1 << 22           # distinct offsets of a large input's noise: 4 M perturbations each
+WEIGHTS_MAX = 1 << 28      # fingerprint weights beyond this many elements repeat (1 GiB fp32)
+
+
+def window(numel: int) -> int:
+    """How many offsets an input's noise offers: one per element for small inputs; for a
+    multi-gigabyte one, WINDOW (the noise is then only WINDOW elements longer than the input,
+    not twice its size, and no two of a comparison's few hundred samples share one)."""
+    return max(1, min(numel, WINDOW))
 
 
 def offsets(seed: int, sample: int, count: int, numels: list[int]) -> list[int]:
     """Roll offsets of the noise for each perturbed input of one sample (deterministic)."""
     rng = random.Random(f"{seed}:{sample}")
-    return [rng.randrange(max(n, 1)) for n in numels[:count]]
+    return [rng.randrange(window(n)) for n in numels[:count]]
 
 
 def _generator(seed: int, device: torch.device | str) -> torch.Generator:
@@ -34,13 +43,14 @@ def _generator(seed: int, device: torch.device | str) -> torch.Generator:
 
 
 def factors_like(t: torch.Tensor, seed: int, index: int) -> torch.Tensor:
-    """``1 + EPS·u``, u ~ Uniform(-1, 1), twice ``t``'s size, flat, in ``t``'s dtype and device.
+    """``1 + EPS·u``, u ~ Uniform(-1, 1), ``t``'s size plus its window, flat, in ``t``'s dtype
+    and device.
 
     A sample reads a window of it starting at its offset, so perturbing costs one
     multiplication and no copy: the timed kernel's neighbours stay light.
     """
     gen = _generator(seed * 1000003 + index, t.device)
-    u = torch.rand(2 * t.numel(), generator=gen, device=t.device, dtype=torch.float32)
+    u = torch.rand(t.numel() + window(t.numel()), generator=gen, device=t.device, dtype=torch.float32)
     return (u.mul_(2 * EPS).add_(1 - EPS)).to(t.dtype)
 
 
@@ -59,13 +69,25 @@ def perturb_into(out: torch.Tensor, pristine: torch.Tensor, factors: torch.Tenso
 
 
 def weights_for(shape: torch.Size, seed: int, index: int, device: torch.device | str) -> torch.Tensor:
+    """Gaussian weights for an output of ``shape``, flat; at most WEIGHTS_MAX of them, repeated
+    over a larger output (whose honest error then still projects to about ||c - o||)."""
     gen = _generator(seed * 7919 + index, device)
-    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+    numel = 1
+    for s in shape:
+        numel *= s
+    return torch.randn(min(numel, WEIGHTS_MAX), generator=gen, device=device, dtype=torch.float32)
 
 
 def fingerprint(out: torch.Tensor, w: torch.Tensor) -> float:
     """Dot product with the weights, products in fp32 and the sum in fp64 (float64 outputs:
-    fully in fp64)."""
-    if out.dtype == torch.float64:
-        return float((out * w.double()).sum())
-    return float((out.float() * w).sum(dtype=torch.float64))
+    fully in fp64), a weight-vector's length at a time."""
+    flat = out.reshape(-1)
+    total = torch.zeros((), dtype=torch.float64, device=out.device)
+    for start in range(0, flat.numel(), w.numel()):
+        piece = flat[start:start + w.numel()]
+        ws = w[:piece.numel()]
+        if out.dtype == torch.float64:
+            total += (piece * ws.double()).sum()
+        else:
+            total += (piece.float() * ws).sum(dtype=torch.float64)
+    return float(total)

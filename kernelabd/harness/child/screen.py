@@ -32,12 +32,12 @@ from typing import Any
 import torch
 
 from kernelabd.harness import wire
+from kernelabd.harness.child.inputs import on_device
 from kernelabd.harness.child.server import (
     CPU_FLUSH_BYTES,
     error_reply,
     flatten_outputs,
     load_module,
-    on_device,
     reset_persisting_l2,
 )
 from kernelabd.harness.timing import GRAPH_BELOW_MS, GRAPH_TARGET_MS

@@ -12,27 +12,33 @@ import builtins
 import contextlib
 import copy
 import importlib.util
-import math
 import os
+import resource
 import sys
 import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from kernelabd.harness import gate, wire
-from kernelabd.harness.child import perturb
-from kernelabd.harness.gate import calibrate, oracle_wire_dtype
-
-T = TypeVar("T")
+from kernelabd.harness import gate, shared, wire
+from kernelabd.harness.child import capture, perturb
+from kernelabd.harness.child import inputs as reference_inputs
+from kernelabd.harness.child.inputs import (
+    Refused,
+    apply_variant,
+    on_device,
+    outputs_of,
+    randomise_parameters,
+    require_json,
+)
+from kernelabd.harness.gate import calibrate, oracle_wire_dtype, rel_errors, same_bits
 
 # Captured before any evaluated code is imported: what the harness relies on.
 _TENSOR = torch.Tensor
@@ -70,15 +76,6 @@ POISON_BYTE = 0xFF            # float32 0xFFFFFFFF is a NaN: unwritten outputs s
 CPU_FLUSH_BYTES = 32 << 20
 COMPILE_LOG_CHARS = 8000     # tail of a compiler log kept as a compile failure's evidence
 WARMUP_SAMPLES = 1 << 40      # sample indices used while calibrating: never timed, never checked
-
-
-class Refused(Exception):
-    """The evaluated code did something the harness refuses; ``rule`` names what."""
-
-    def __init__(self, rule: str, message: str, evidence: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.rule = rule
-        self.evidence = evidence or {}
 
 
 def torch_compute_ops(events: Any) -> Counter[str]:
@@ -160,7 +157,7 @@ class LaunchCounter:
 
 # The harness modules this process runs besides this one: replacing a function of any of them
 # is tampering. tests/harness/test_tamper_list.py fails if the child imports one not listed.
-WATCHED_MODULES: tuple[ModuleType, ...] = (gate, perturb, wire)
+WATCHED_MODULES: tuple[ModuleType, ...] = (gate, perturb, wire, shared, reference_inputs, capture)
 
 
 def _harness_objects() -> dict[str, Any]:
@@ -170,7 +167,7 @@ def _harness_objects() -> dict[str, Any]:
     for name, value in list(globals().items()):
         if callable(value) or isinstance(value, ModuleType):
             found[f"sandbox.{name}"] = value
-    for cls in (Harness, LaunchCounter):
+    for cls in (Harness, LaunchCounter, shared.Arena):
         found.update({f"{cls.__name__}.{k}": v for k, v in vars(cls).items() if callable(v)})
     for mod in WATCHED_MODULES:
         found.update({f"{mod.__name__}.{k}": v for k, v in vars(mod).items() if callable(v)})
@@ -216,34 +213,45 @@ def describe(outs: list[torch.Tensor]) -> list[dict[str, Any]]:
              "stride": list(t.stride())} for t in outs]
 
 
-def to_device(values: list[Any], device: str) -> list[Any]:
-    return [v.to(device).clone() if isinstance(v, _TENSOR) else v for v in values]
-
-
 def sync(device: str) -> None:
     if device != "cpu":
         torch.cuda.synchronize()
 
 
 class Harness:
-    """State of one sandbox: the model(s) under evaluation and their inputs."""
+    """State of one sandbox: the model(s) under evaluation, the arenas it keeps mapped, and its
+    timing buffers. A reference sandbox lives as long as its job; a candidate's as long as the
+    candidate is evaluated or stays the incumbent."""
 
     def __init__(self) -> None:
         self.device = "cpu"
+        self.ready = False
+        self.module: ModuleType | None = None
+        self.shapes: list[dict[str, Any]] = []
+        self.defaults: dict[str, Any] = {}
         self.models: list[torch.nn.Module] = []
+        self.param_seeds: list[int] | None = None
+        self.init_inputs: list[list[Any]] = []
+        self.arenas: list[shared.Arena] = []        # the reference's sets, kept mapped
+        self.timing_arena: shared.Arena | None = None
         self.timing_inputs: list[list[Any]] = []
         self.work: list[list[Any]] = []
         self.noise: list[list[torch.Tensor | None]] = []
         self.weights: dict[int, torch.Tensor] = {}
+        self.seeds: tuple[int, int] | None = None
         self.perturb_seed = self.fp_seed = 0
         self.oracle_models: dict[int, torch.nn.Module] = {}
         self.launches = LaunchCounter()
         self.graphs: list[Any] | None = None
         self.graph_reps = 1
         self.flush_buf: torch.Tensor | None = None
+        self.after_send: list[shared.Arena] = []
 
     # ----- setup -------------------------------------------------------------------------
     def setup(self, msg: dict[str, Any]) -> None:
+        """Once per process: the device, TF32 policy and the launch counter."""
+        if self.ready:
+            return
         self.device = msg["device"]
         tf32 = bool(msg.get("tf32", False))
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -252,113 +260,275 @@ class Harness:
             torch.cuda.set_device(0)
         with contextlib.suppress(ImportError):  # no Triton/cuda-python: nothing can launch
             self.launches.install(msg.get("target", "triton"))
+        self.ready = True
 
     def hello(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"device": self.device}
+        info: dict[str, Any] = {"device": self.device, "rss_peak_bytes": _rss_peak()}
         if self.device != "cpu":
             props = torch.cuda.get_device_properties(0)
+            free, total = torch.cuda.mem_get_info(0)
             info.update(name=props.name, uuid=str(getattr(props, "uuid", "")),
-                        l2_bytes=int(getattr(props, "L2_cache_size", 0)))
+                        l2_bytes=int(getattr(props, "L2_cache_size", 0)), device_free_bytes=int(free),
+                        device_total_bytes=int(total), device_peak_bytes=int(torch.cuda.max_memory_allocated()))
         return info
 
-    # ----- reference ---------------------------------------------------------------------
-    def load_reference(self, msg: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.setup(msg)
-        module = load_module(msg["path"], "kernelab_reference")
-        shapes, tensors = [], []
-        defaults = {k: getattr(module, k, None) for consts in msg["shapes"] for k in consts}
-        for idx, consts in enumerate(msg["shapes"]):
-            for key, value in {**defaults, **consts}.items():
-                setattr(module, key, value)
-            init = list(module.get_init_inputs())
-            require_json(init, "get_init_inputs()")
-            model = on_device(self.device, msg["param_seeds"][idx], lambda init=init: module.Model(*init))
-            randomise_parameters(model, msg["param_seeds"][idx])
-            sd = model.state_dict()
-            shapes.append({"init_inputs": init, "state_keys": list(sd)})
-            tensors.extend(v.detach().cpu() for v in sd.values())
-            model._kernelab_consts = dict(consts)
-            self.models.append(model.to(self.device).eval())
-        module_consts = msg["shapes"]
-        sets = []
-        n_gate = len(msg["sets"])
-        for k, entry in enumerate(msg["sets"] + msg["timing_sets"]):
-            for key, value in {**defaults, **module_consts[entry["shape"]]}.items():
-                setattr(module, key, value)
-            inputs = to_device(on_device(self.device, entry["seed"], lambda: list(module.get_inputs())),
-                               self.device)
-            inputs = [v.cpu() if isinstance(v, _TENSOR) else v
-                      for v in apply_variant(inputs, entry["variant"], entry["seed"])]
-            require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
-            kinds = [("tensor" if isinstance(v, _TENSOR) else "scalar") for v in inputs]
-            scalars = [None if isinstance(v, _TENSOR) else v for v in inputs]
-            outs, oracle = self.reference_outputs(entry["shape"], inputs)
-            sets.append({"kinds": kinds, "scalars": scalars, "n_outputs": len(outs),
-                         "outputs": describe(outs), "calib": calibrate(outs, oracle)})
-            tensors.extend(v for v in inputs if isinstance(v, _TENSOR))
-            if k < n_gate:   # a timed sample's oracle is recomputed here, on demand
-                tensors.extend(o.detach().to("cpu", oracle_wire_dtype(r))
-                               for o, r in zip(oracle, outs, strict=True))
-            else:
-                self.timing_inputs.append(to_device(inputs, self.device))
-        return {"shapes": shapes, "sets": sets, "info": self.hello()}, tensors
+    def open_arenas(self, msg: dict[str, Any], fds: list[int]) -> list[shared.Arena]:
+        sizes = msg.get("arenas", [])
+        if not isinstance(sizes, list) or len(sizes) != len(fds):
+            for fd in fds:
+                os.close(fd)
+            raise Refused("protocol", "arena descriptors do not match the message")
+        return [shared.Arena.open(self.device, fd, int(n)) for fd, n in zip(fds, sizes, strict=True)]
 
-    def reference_outputs(self, shape: int, inputs: list[Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The reference's own outputs and the float64 oracle's, on the same inputs."""
-        model = self.models[shape]
-        with torch.no_grad():
-            outs = outputs_of(model(*to_device(inputs, self.device)), "reference")
+    # ----- reference ---------------------------------------------------------------------
+    def use_shape(self, idx: int) -> None:
+        assert self.module is not None
+        for key, value in {**self.defaults, **self.shapes[idx]}.items():
+            setattr(self.module, key, value)
+
+    def build(self, msg: dict[str, Any]) -> None:
+        """The reference module and one model per shape, parameters re-randomised from the
+        secret seeds; kept across requests until the seeds change."""
+        self.setup(msg)
+        if self.module is None:
+            stage("import")
+            self.module = load_module(msg["path"], "kernelab_reference")
+            self.shapes = msg["shapes"]
+            self.defaults = {k: getattr(self.module, k, None) for consts in self.shapes for k in consts}
+        if self.param_seeds == msg["param_seeds"]:
+            return
+        self.models, self.oracle_models, self.init_inputs = [], {}, []
+        for idx, seed in enumerate(msg["param_seeds"]):
+            self.use_shape(idx)
+            stage("get_init_inputs")
+            init = list(self.module.get_init_inputs())
+            require_json(init, "get_init_inputs()")
+            stage("Model(...)")
+            model = on_device(self.device, seed, lambda init=init: self.module.Model(*init))
+            randomise_parameters(model, seed)
+            model._kernelab_consts = dict(self.shapes[idx])
+            self.models.append(model.to(self.device).eval())
+            self.init_inputs.append(init)
+        self.param_seeds = list(msg["param_seeds"])
+
+    def draw(self, entry: dict[str, Any]) -> list[Any]:
+        """One input set, made on the device from its secret seed, in its variant."""
+        assert self.module is not None
+        self.use_shape(entry["shape"])
+        stage("get_inputs")
+        inputs = on_device(self.device, entry["seed"], lambda: list(self.module.get_inputs()))
+        inputs = [v.to(self.device) if isinstance(v, _TENSOR) else v for v in inputs]
+        inputs = apply_variant(inputs, entry["variant"], entry["seed"])
+        require_json([v for v in inputs if not isinstance(v, _TENSOR)], "get_inputs()")
+        return inputs
+
+    def probe(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Sizes for the memory plan: each shape's inputs, parameters and outputs, and the
+        peak of one fp32 forward above its inputs (measured on the device)."""
+        self.build(msg)
+        shapes = []
+        for idx in range(len(self.shapes)):
+            inputs = self.draw({"shape": idx, "seed": msg["seed"], "variant": "base"})
+            tensors = [v for v in inputs if isinstance(v, _TENSOR)]
+            if self.device != "cpu":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            with torch.no_grad():
+                stage("forward")
+                outs = outputs_of(self.models[idx](*inputs), "reference")
             sync(self.device)
-            dbl = [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else v
-                   for v in to_device(inputs, self.device)]
-            oracle = outputs_of(self.oracle(shape)(*dbl), "reference (float64)")
-        return outs, oracle
+            peak = torch.cuda.max_memory_allocated() - before if self.device != "cpu" else 0
+            state = list(self.models[idx].state_dict().values())
+            elem = max((t.element_size() for t in tensors if t.is_floating_point()), default=4)
+            shapes.append({
+                "inputs_bytes": capture.nbytes(tensors), "params_bytes": capture.nbytes(state),
+                "outputs_bytes": capture.nbytes(outs),
+                "oracle_bytes": sum(o.numel() * torch.empty((), dtype=oracle_wire_dtype(o)).element_size()
+                                    for o in outs),
+                "peak_bytes": int(peak), "f64_factor": 8 / elem, "batch": _batch(tensors, outs)})
+            del inputs, tensors, outs
+        return {"shapes": shapes, "info": self.hello()}
+
+    def load_reference(self, msg: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+        """Every input set with its float64 oracle, each set in an arena of its own that the
+        trusted process maps; the state dicts in one more. Kept until the next load."""
+        self.build(msg)
+        self.release()
+        state = [v.detach() for m in self.models for v in m.state_dict().values()]
+        state_arena, slots = shared.pack(state, self.device)
+        self.arenas.append(state_arena)
+        shapes, it = [], iter(slots)
+        for idx, model in enumerate(self.models):
+            keys = list(model.state_dict())
+            shapes.append({"init_inputs": self.init_inputs[idx], "state_keys": keys,
+                           "state": [next(it).to_json() for _ in keys]})
+        n_gate, sets = len(msg["sets"]), []
+        timing: list[list[Any]] = []
+        for k, entry in enumerate(msg["sets"] + msg["timing_sets"]):
+            chunks = int(msg.get("oracle_chunks", 1)) if entry["shape"] == 0 else 1
+            record, views = self.make_set(entry, keep_oracle=k < n_gate, chunks=chunks)
+            sets.append(record)
+            if k >= n_gate:
+                timing.append(views)
+        self.set_timing_inputs(timing)
+        reply = {"shapes": shapes, "sets": sets, "arenas": [a.nbytes for a in self.arenas],
+                 "info": self.hello()}
+        return reply, [a.export() for a in self.arenas]
+
+    def make_set(self, entry: dict[str, Any], keep_oracle: bool,
+                 chunks: int) -> tuple[dict[str, Any], list[Any]]:
+        """One input set: its inputs (pristine) and, for a gate set, its oracle, in a new arena;
+        the reference's own error against the oracle calibrates the set's tolerance."""
+        inputs = self.draw(entry)
+        tensors = [v for v in inputs if isinstance(v, _TENSOR)]
+        with torch.no_grad():
+            stage("forward")
+            outs = outputs_of(self.models[entry["shape"]](*[_fresh(v) for v in inputs]), "reference")
+        sync(self.device)
+        layout = shared.Layout()
+        in_slots = [layout.add(t.dtype, list(t.shape)) for t in tensors]
+        or_slots = [layout.add(oracle_wire_dtype(o), list(o.shape)) for o in outs]
+        arena = shared.Arena.allocate(self.device, layout.nbytes)
+        self.arenas.append(arena)
+        for t, slot in zip(tensors, in_slots, strict=True):
+            arena.tensor(slot).copy_(t)
+        del tensors
+        pristine = self.rebuild(inputs, arena, in_slots)
+        oracle = [arena.tensor(s) for s in or_slots]
+        stage("forward (float64)")
+        self.fill_oracle(entry["shape"], pristine, oracle, chunks, outs)
+        record = {"kinds": ["tensor" if isinstance(v, _TENSOR) else "scalar" for v in inputs],
+                  "scalars": [None if isinstance(v, _TENSOR) else v for v in inputs],
+                  "inputs": [s.to_json() for s in in_slots],
+                  "oracle": [s.to_json() for s in or_slots] if keep_oracle else [],
+                  "outputs": describe(outs), "calib": calibrate(outs, oracle),
+                  "arena": len(self.arenas) - 1}
+        return record, pristine
+
+    @staticmethod
+    def rebuild(inputs: list[Any], arena: shared.Arena, slots: list[shared.Slot]) -> list[Any]:
+        it = iter(slots)
+        return [arena.tensor(next(it)) if isinstance(v, _TENSOR) else v for v in inputs]
+
+    def fill_oracle(self, shape: int, inputs: list[Any], oracle: list[torch.Tensor], chunks: int,
+                    outs: list[torch.Tensor]) -> None:
+        """The float64 reference on ``inputs``, written into ``oracle``; with ``chunks`` > 1 one
+        batch slice at a time, after checking on fp32 that the model is separable that way."""
+        model = self.oracle(shape)
+        batch = inputs_batch(inputs)
+        if chunks <= 1 or batch is None:
+            with torch.no_grad():
+                got = outputs_of(model(*_as_double(inputs)), "reference (float64)")
+            _store(oracle, got)
+            return
+        step = batch // chunks
+        self.require_separable(shape, inputs, outs, step)
+        for c in range(chunks):
+            part = _slice_batch(inputs, batch, c * step, (c + 1) * step)
+            with torch.no_grad():
+                got = outputs_of(model(*_as_double(part)), "reference (float64)")
+            _store([o[c * step:(c + 1) * step] for o in oracle], got)
+
+    def require_separable(self, shape: int, inputs: list[Any], outs: list[torch.Tensor], step: int) -> None:
+        with torch.no_grad():
+            part = outputs_of(self.models[shape](*_slice_batch(inputs, inputs_batch(inputs), 0, step)),
+                              "reference")
+        for full, got in zip(outs, part, strict=True):
+            expect = full[:step]
+            if got.shape != expect.shape or rel_errors(got, expect)[0] > SEPARABLE_TOL:
+                raise Refused("too_big", "the float64 oracle does not fit on the device whole, and the "
+                              "reference's outputs are not separable along the batch (a slice of the batch "
+                              "gives other values), so it cannot be computed in chunks")
+
+    def release(self) -> None:
+        """Unmap this sandbox's sets before new ones are made (a reseeded reference)."""
+        self.drop_timing()
+        for arena in self.arenas:
+            arena.close()
+        self.arenas = []
+
+    def capture(self, msg: dict[str, Any]) -> dict[str, Any]:
+        stage("capture")
+        inputs = [_fresh(v) for v in self.timing_inputs[0]]
+        return capture.capture(self.models[0], inputs, self.device, dict(self.shapes[0]))
 
     # ----- candidate ---------------------------------------------------------------------
-    def load_candidate(self, msg: dict[str, Any],
-                       tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def load_candidate(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """Build ``ModelNew`` for every shape from fresh copies of the reference's weights; keep
+        its timing inputs (fresh copies too) mapped."""
         self.setup(msg)
         module = load_module(msg["path"], "kernelab_candidate")
         self.check_tamper("importing the candidate")
         if not hasattr(module, "ModelNew"):
             raise Refused("bad_candidate", "the candidate defines no ModelNew")
-        it = iter(tensors)
-        for shape in msg["shapes"]:
-            model = on_device(self.device, None, lambda shape=shape: module.ModelNew(*shape["init_inputs"]))
-            sd = {k: next(it) for k in shape["state_keys"]}
-            try:
-                model.load_state_dict(sd, strict=True)
-            except RuntimeError as exc:
-                raise Refused("state_dict", "ModelNew does not load the reference's state_dict: "
-                              + str(exc).strip().splitlines()[-1].strip()) from exc
-            self.models.append(model.to(self.device).eval())
-        gate_inputs = [self.take_inputs(s, it) for s in msg["sets"]]
-        self.timing_inputs = [to_device(self.take_inputs(s, it), self.device) for s in msg["timing_sets"]]
-        if not msg.get("gate", True):
-            return {"info": self.hello()}, []
-        return self.run_gate(msg["sets"], gate_inputs)
+        state, timing = self.open_arenas(msg, fds)
+        try:
+            for shape in msg["shapes"]:
+                model = on_device(self.device, None, lambda shape=shape: module.ModelNew(*shape["init_inputs"]))
+                sd = {k: state.tensor(shared.Slot.from_json(s, state.nbytes))
+                      for k, s in zip(shape["state_keys"], shape["state"], strict=True)}
+                try:
+                    model.load_state_dict(sd, strict=True)
+                except RuntimeError as exc:
+                    raise Refused("state_dict", "ModelNew does not load the reference's state_dict: "
+                                  + str(exc).strip().splitlines()[-1].strip()) from exc
+                self.models.append(model.to(self.device).eval())
+        finally:
+            state.close()
+        self.take_timing(msg["timing_sets"], timing)
+        return {"info": self.hello()}
+
+    def retime(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """New timing inputs (the reference was reseeded): the incumbent keeps its kernels."""
+        [timing] = self.open_arenas(msg, fds)
+        self.take_timing(msg["timing_sets"], timing)
+        return {}
+
+    def take_timing(self, entries: list[dict[str, Any]], arena: shared.Arena) -> None:
+        self.drop_timing()
+        self.timing_arena = arena
+        self.set_timing_inputs([self.rebuild_entry(e, arena) for e in entries])
 
     @staticmethod
-    def take_inputs(entry: dict[str, Any], it: Any) -> list[Any]:
-        return [next(it) if kind == "tensor" else scalar
+    def rebuild_entry(entry: dict[str, Any], arena: shared.Arena) -> list[Any]:
+        it = iter(entry["inputs"])
+        return [arena.tensor(shared.Slot.from_json(next(it), arena.nbytes)) if kind == "tensor" else scalar
                 for kind, scalar in zip(entry["kinds"], entry["scalars"], strict=True)]
 
-    def run_gate(self, sets: list[dict[str, Any]],
-                 gate_inputs: list[list[Any]]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        results, tensors = [], []
-        for entry, inputs in zip(sets, gate_inputs, strict=True):
-            outs, report = self.gated_call(entry["shape"], inputs)
-            results.append(report)
-            tensors.extend(outs)
-        again, _ = self.gated_call(sets[0]["shape"], gate_inputs[0])
-        tensors.extend(again)
-        return {"sets": results, "kernels": dict(self.launches.kernels), "info": self.hello()}, tensors
+    def set_timing_inputs(self, inputs: list[list[Any]]) -> None:
+        self.drop_timing(keep_arena=True)
+        self.timing_inputs = inputs
 
-    def gated_call(self, shape: int, inputs: list[Any]) -> tuple[list[torch.Tensor], dict[str, Any]]:
-        """One forward on fresh device copies, with poisoned memory and op/launch counting."""
-        args = to_device(inputs, self.device)
-        pristine = [a.clone() if isinstance(a, _TENSOR) else a for a in args]
-        self.poison(args)
+    def drop_timing(self, keep_arena: bool = False) -> None:
+        """Forget timing buffers (captured graphs first: they point into them)."""
+        self.graphs, self.graph_reps = None, 1
+        self.work, self.noise, self.weights, self.seeds = [], [], {}, None
+        self.timing_inputs = []
+        if not keep_arena and self.timing_arena is not None:
+            self.timing_arena.close()
+            self.timing_arena = None
+
+    def gate_set(self, msg: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        """One gated forward on an input set the trusted process copied for this call; its
+        outputs go back in a new arena (this process keeps no copy)."""
+        [arena] = self.open_arenas(msg, fds)
+        try:
+            args = self.rebuild_entry(msg, arena)
+            outs, report = self.gated_call(int(msg["shape"]), args, int(msg.get("poison_bytes", 0)))
+            out_arena, slots = shared.pack(outs, self.device)
+            sync(self.device)
+        finally:
+            del args
+            arena.close()
+        self.after_send.append(out_arena)
+        return ({"report": report, "outputs": [s.to_json() for s in slots], "arenas": [out_arena.nbytes],
+                 "kernels": dict(self.launches.kernels), "info": self.hello()}, [out_arena.export()])
+
+    def gated_call(self, shape: int, args: list[Any], poison_bytes: int) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """One forward with poisoned memory and op/launch counting. Whether it wrote into its
+        inputs is for the trusted process to see (it compares them with the reference's)."""
+        self.poison(poison_bytes)
         launches_before = sum(self.launches.kernels.values())
         if self.device != "cpu":
             self.launches.caller_stream = torch.cuda.current_stream()
@@ -378,31 +548,28 @@ class Harness:
             self.launches.caller_stream = None
         sync(self.device)
         self.check_tamper("running forward")
-        mutated = [i for i, (a, p) in enumerate(zip(args, pristine, strict=True))
-                   if isinstance(a, _TENSOR) and not same_bits(a, p)]
-        report = {"outputs": describe(outs), "mutated": mutated, "torch_ops": dict(ops),
+        report = {"outputs": describe(outs), "torch_ops": dict(ops),
                   "launches": sum(self.launches.kernels.values()) - launches_before,
                   "poisoned": [poisoned_fraction(o) for o in outs],
                   "unsynchronised": [i for i, (a, b) in enumerate(zip(outs, snapshots, strict=True))
                                      if not same_bits(a, b)]}
-        return [o.detach().cpu() for o in outs], report
+        return outs, report
 
-    def poison(self, args: list[Any]) -> None:
+    def poison(self, nbytes: int) -> None:
         """Fill memory the allocator will hand out next with NaN bytes, then free it.
 
         An output the candidate allocates but never writes then reads as poison, whatever the
-        allocator recycled. On a GPU one large block covers the caching allocator's next
-        allocations; on CPU, blocks the size of each input are what malloc returns next.
+        allocator recycled. On a GPU one block (twice the outputs' size, as the trusted process
+        says) covers the caching allocator's next allocations; on CPU, blocks of that size are
+        what malloc returns next.
         """
-        tensors = [a for a in args if isinstance(a, _TENSOR)]
+        nbytes = max(nbytes, 1 << 20)
         if self.device == "cpu":
-            blobs = [torch.empty(a.numel() * a.element_size(), dtype=torch.uint8) for a in tensors]
-            for blob in blobs:
-                blob.fill_(POISON_BYTE)
-            del blobs
+            blob = torch.empty(nbytes, dtype=torch.uint8)
+            blob.fill_(POISON_BYTE)
+            del blob
             return
-        nbytes = sum(a.numel() * a.element_size() for a in tensors)
-        blob = torch.empty(max(4 * nbytes, 64 << 20), dtype=torch.uint8, device=self.device)
+        blob = torch.empty(max(nbytes, 64 << 20), dtype=torch.uint8, device=self.device)
         blob.fill_(POISON_BYTE)
         del blob
 
@@ -412,17 +579,46 @@ class Harness:
             raise Refused("tampering", f"harness functions replaced while {when}: "
                           f"{', '.join(changed)}", {"replaced": changed})
 
+    # ----- peers (torch.compile of the reference) ----------------------------------------
+    def load_peer(self, msg: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """The reference under ``torch.compile(mode=...)``, with the candidate's weights and
+        timing inputs, compiled by one warm-up call: what a user already has."""
+        self.setup(msg)
+        module = load_module(msg["path"], "kernelab_reference")
+        for key, value in msg["constants"].items():
+            setattr(module, key, value)
+        state, timing = self.open_arenas(msg, fds)
+        shape = msg["shapes"][0]
+        try:
+            model = on_device(self.device, 0, lambda: module.Model(*shape["init_inputs"]))
+            model.load_state_dict({k: state.tensor(shared.Slot.from_json(s, state.nbytes))
+                                   for k, s in zip(shape["state_keys"], shape["state"], strict=True)})
+        finally:
+            state.close()
+        model = model.to(self.device).eval()
+        mode = None if msg["mode"] == "default" else msg["mode"]
+        self.models = [torch.compile(model, mode=mode)]
+        self.take_timing(msg["timing_sets"], timing)
+        t0 = _perf_ns()
+        with torch.no_grad():
+            self.models[0](*[_fresh(v) for v in self.timing_inputs[0]])
+        sync(self.device)
+        return {"compile_s": (_perf_ns() - t0) / 1e9, "info": self.hello()}
+
     # ----- timing ------------------------------------------------------------------------
     def prepare_timing(self, msg: dict[str, Any]) -> None:
-        """Work buffers (what the model reads while timed) and the perturbation noise, once."""
-        if self.work:
+        """Work buffers (what the model reads while timed) and the perturbation noise, made
+        again whenever a comparison brings new seeds."""
+        seeds = (int(msg["perturb_seed"]), int(msg["fp_seed"]))
+        if self.seeds == seeds:
             return
-        self.perturb_seed, self.fp_seed = int(msg["perturb_seed"]), int(msg["fp_seed"])
+        self.graphs, self.graph_reps, self.work, self.noise, self.weights = None, 1, [], [], {}
+        self.perturb_seed, self.fp_seed = seeds
         for inputs in self.timing_inputs:
             self.work.append([v.clone() if isinstance(v, _TENSOR) else v for v in inputs])
             self.noise.append([perturb.factors_like(v, self.perturb_seed, j) if perturb.perturbable(v)
                                else None for j, v in enumerate(inputs)])
-
+        self.seeds = seeds
     def perturbed_inputs(self, s: int, into: list[Any] | None = None) -> list[Any]:
         """Sample ``s``'s inputs: its set's pristine values times 1 + EPS·rolled noise."""
         i = s % len(self.timing_inputs)
@@ -501,7 +697,7 @@ class Harness:
 
     def fingerprints(self, outs: list[torch.Tensor]) -> list[float]:
         for j, o in enumerate(outs):
-            if self.weights.get(j) is None or self.weights[j].shape != o.shape:
+            if self.weights.get(j) is None or self.weights[j].numel() != min(o.numel(), perturb.WEIGHTS_MAX):
                 self.weights[j] = perturb.weights_for(o.shape, self.fp_seed, j, o.device)
         return [perturb.fingerprint(o, self.weights[j]) for j, o in enumerate(outs)]
 
@@ -577,127 +773,67 @@ class Harness:
         return {"samples": found}
 
 
-def outputs_of(out: Any, who: str) -> list[torch.Tensor]:
-    items = list(out) if isinstance(out, tuple | list) else [out]
-    if not items or not all(isinstance(t, torch.Tensor) for t in items):
-        kinds = ", ".join(type(t).__name__ for t in items) or "nothing"
-        raise Refused("bad_reference", f"{who} forward returned {kinds}; expected tensors")
-    if any(t.numel() == 0 for t in items):
-        raise Refused("bad_reference", f"{who} forward returned an empty tensor")
-    return items
+
+SEPARABLE_TOL = 1e-5        # fp32: a batch slice of the outputs must match the whole's that closely
+STAGE_MARK = "kernelab-stage: "
 
 
-def require_json(values: list[Any], where: str) -> None:
-    """Non-tensor arguments travel as JSON; say clearly when one cannot."""
-    import json
-
-    try:
-        json.dumps(values)
-    except (TypeError, ValueError) as exc:
-        raise Refused("bad_reference", f"{where} returned a value that is neither a tensor nor "
-                      f"a plain number/string/list: {exc}") from exc
+def stage(name: str) -> None:
+    """Say on stderr which piece of evaluated code runs next, so that a crash that kills this
+    process (os._exit, a segmentation fault) is reported with where it happened."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"\n{STAGE_MARK}{name}\n".encode())
 
 
-def on_device(device: str, seed: int | None, make: Callable[[], T]) -> T:
-    """``make()`` with ``device`` as the default device of new tensors, after seeding: weights
-    and inputs are made where they will live (a 512 MiB ``randn`` took about a second on CPU,
-    the FFN's 176 M weights several). Code that insists on host tensors (``.numpy()`` on a fresh
-    draw, a CPU generator) fails there; it is then run again as written, from the same seed."""
-    def run(default: str | None) -> T:
-        if seed is not None:
-            torch.manual_seed(seed)
-        if default is None:
-            return make()
-        with torch.device(default):
-            return make()
-
-    if device == "cpu":
-        return run(None)
-    try:
-        return run(device)
-    except Exception:  # arbitrary user code: its own failure, if any, shows on the plain run
-        return run(None)
+def _rss_peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def randomise_parameters(model: torch.nn.Module, seed: int) -> None:
-    """Move every parameter away from its default init, so that ignoring one is caught.
-
-    Each keeps its own scale (a default-init LayerNorm weight of ones becomes about 1 ± 0.1),
-    and buffers (running statistics) stay as they are, since they may have to stay positive.
-    The draws are made on each parameter's device (the FFN's 176 M weights took seconds on CPU).
-    """
-    gens: dict[torch.device, torch.Generator] = {}
-    with torch.no_grad():
-        for p in model.parameters():
-            if not p.is_floating_point() or p.numel() == 0:
-                continue
-            if p.device not in gens:
-                gens[p.device] = torch.Generator(device=p.device).manual_seed(seed ^ 0x5EED)
-            gen = gens[p.device]
-            data = p.detach().double()
-            mean = float(data.mean())
-            std = float(data.std()) if p.numel() > 1 else 0.0
-            scale = max(std, 0.1 * abs(mean), 0.05)
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64, device=p.device)
-            p.copy_((mean + scale * noise).to(p.dtype))
+def _fresh(v: Any) -> Any:
+    """A private copy of an input for one call: the reference may write into its inputs."""
+    return v.clone() if isinstance(v, _TENSOR) else v
 
 
-def apply_variant(inputs: list[Any], variant: str, seed: int) -> list[Any]:
-    """Input distributions beyond what ``get_inputs`` draws: a candidate must not rely on it.
-
-    ``scaled`` stretches and shifts by a large positive offset, 100 to 200 standard deviations
-    (catches, e.g., softmax without max subtraction, whose exp() overflows past 88);
-    ``heavy`` replaces values by a Student-t draw with the same centre and spread (outliers).
-    """
-    if variant == "base":
-        return inputs
-    gen = torch.Generator().manual_seed(seed ^ 0xC0FFEE)     # two scalars a tensor: CPU
-    out = []
-    for v in inputs:
-        if not (isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 1):
-            out.append(v)
-            continue
-        x = v.double()
-        mean, std = float(x.mean()), float(x.std()) or 1.0
-        if variant == "scaled":
-            scale = 10 ** (torch.rand((), generator=gen, dtype=torch.float64).item() * 1.5 - 0.5)
-            offset = 100 + 100 * torch.rand((), generator=gen, dtype=torch.float64).item()
-            # The offset is counted in standard deviations of the *scaled* values: counted in
-            # the original ones, a stretch by 10 left only 10-20 σ, which a one-pass variance
-            # (E[x²] - E[x]²) survived now and then.
-            y = (x - mean) * scale + mean + offset * max(std * scale, 1.0)
-        else:
-            t = student_t(v.shape, 2.5, int(torch.randint(0, 2**62, (), generator=gen)), v.device)
-            y = mean + std * t.clamp(-1e3, 1e3) / math.sqrt(5.0)
-        out.append(y.to(v.dtype))
-    return out
+def _as_double(values: list[Any]) -> list[Any]:
+    return [v.double() if isinstance(v, _TENSOR) and v.is_floating_point() else _fresh(v) for v in values]
 
 
-def student_t(shape: torch.Size, df: float, seed: int, device: torch.device) -> torch.Tensor:
-    """Student-t draws made on the tensor's own device (fast for GPU-sized inputs)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    z = torch.randn(shape, generator=gen, device=device, dtype=torch.float64)
-    chi2 = 2 * torch._standard_gamma(torch.full(shape, df / 2, device=device, dtype=torch.float64),
-                                     generator=gen)
-    return z / torch.sqrt(chi2 / df)
+def _store(into: list[torch.Tensor], got: list[torch.Tensor]) -> None:
+    if len(into) != len(got) or any(a.shape != b.shape for a, b in zip(into, got, strict=False)):
+        raise Refused("bad_reference", "the float64 reference returned other outputs than the fp32 one")
+    for a, b in zip(into, got, strict=True):
+        a.copy_(b)
 
 
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise equality (NaN payloads and -0.0 included), unlike ``torch.equal``."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return bool((a.contiguous().view(-1).view(torch.uint8)
-                 == b.contiguous().view(-1).view(torch.uint8)).all())
+def inputs_batch(inputs: list[Any]) -> int | None:
+    """The size of dim 0 that every tensor input with more than one dimension shares, if any."""
+    sizes = {v.shape[0] for v in inputs if isinstance(v, _TENSOR) and v.dim() >= 1}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _batch(tensors: list[torch.Tensor], outs: list[torch.Tensor]) -> int | None:
+    """The batch the oracle could be chunked along: dim 0 of every input and output alike."""
+    size = inputs_batch(list(tensors))
+    if size is None or any(o.dim() == 0 or o.shape[0] != size for o in outs):
+        return None
+    return size
+
+
+def _slice_batch(inputs: list[Any], batch: int | None, lo: int, hi: int) -> list[Any]:
+    return [v[lo:hi] if isinstance(v, _TENSOR) and v.dim() >= 1 and v.shape[0] == batch else v
+            for v in inputs]
 
 
 def poisoned_fraction(t: torch.Tensor) -> float:
-    """Share of an output's bytes that still hold the poison pattern."""
-    raw = t.detach().contiguous().view(-1).view(torch.uint8)
+    """Share of an output's elements whose bytes all still hold the poison pattern."""
+    raw = t.detach().contiguous().reshape(-1).view(torch.uint8)
     if raw.numel() == 0:
         return 0.0
     width = t.element_size()
     words = raw.view(-1, width)
-    return float((words == POISON_BYTE).all(dim=1).float().mean())
+    step = max(1, gate.CHUNK // width)
+    poisoned = sum(int((words[i:i + step] == POISON_BYTE).all(dim=1).sum()) for i in range(0, words.shape[0], step))
+    return poisoned / words.shape[0]
 
 
 def reset_persisting_l2() -> None:
@@ -761,31 +897,41 @@ def machine_fingerprint(msg: dict[str, Any]) -> dict[str, Any]:
 
 def serve(sock: Any, prewarming: threading.Thread | None = None) -> None:
     harness = Harness()
-    handlers = {
-        "calibrate": harness.calibrate, "block": harness.block, "hot": harness.hot,
-        "graphs": harness.use_graphs, "oracle_fingerprints": harness.oracle_fingerprints,
+    plain = {
+        "probe": harness.probe, "capture": harness.capture, "calibrate": harness.calibrate,
+        "block": harness.block, "hot": harness.hot, "graphs": harness.use_graphs,
+        "oracle_fingerprints": harness.oracle_fingerprints, "fingerprint": machine_fingerprint,
     }
+    with_fds = {"load_candidate": harness.load_candidate, "retime": harness.retime, "load_peer": harness.load_peer}
+    untrusted = {"load_candidate", "load_peer", "fingerprint"}
     while True:
-        msg, tensors = wire.recv(sock)
+        fds: list[int] = []
+        msg, _ = wire.recv(sock, fds)
         cmd = msg.get("cmd")
         if cmd == "exit":
             return
+        out: list[int] = []
         try:
+            if cmd in untrusted and prewarming is not None:
+                prewarming.join()        # no thread of ours runs beside a candidate's code
             if cmd == "load_reference":
                 reply, out = harness.load_reference(msg)
-            elif cmd == "load_candidate":
-                if prewarming is not None:   # no thread of ours runs beside a candidate's code
-                    prewarming.join()
-                reply, out = harness.load_candidate(msg, tensors)
-            elif cmd == "fingerprint":
-                if prewarming is not None:   # nor beside the stand-in driver fingerprinting sets
-                    prewarming.join()
-                reply, out = machine_fingerprint(msg), []
+            elif cmd == "gate_set":
+                reply, out = harness.gate_set(msg, fds)
+            elif cmd in with_fds:
+                reply = with_fds[cmd](msg, fds)
             else:
-                reply, out = handlers[cmd](msg), []
-        except Exception as exc:  # every failure of evaluated code becomes a reply
+                reply = plain[cmd](msg)
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # evaluated code's failures are replies
             reply, out = error_reply(exc, str(cmd)), []
-        wire.send(sock, reply, out)
+        finally:
+            fds.clear()
+        wire.send(sock, reply, fds=out)
+        for fd in out:
+            os.close(fd)
+        for arena in harness.after_send:
+            arena.close()
+        harness.after_send = []
 
 
 _HARNESS = _harness_objects()
