@@ -32,15 +32,12 @@ from typing import Any
 import torch
 
 from kernelabd.harness import wire
-from kernelabd.harness.child.inputs import on_device
-from kernelabd.harness.child.server import (
-    CPU_FLUSH_BYTES,
-    error_reply,
-    flatten_outputs,
-    load_module,
-    reset_persisting_l2,
-)
+from kernelabd.harness.child import inputs
 from kernelabd.harness.timing import GRAPH_BELOW_MS, GRAPH_TARGET_MS
+
+# ``kernelabd.harness.child.server`` (loading, output checks) is imported where it is used: it
+# imports Triton, and a compile-only process imports this module (as the spawned ``__mp_main__``)
+# before it has dropped ``TRITON_INTERPRET``: Triton imported then would interpret, not compile.
 
 SANITY_REL = 0.05
 """Normwise error against the reference's own fp32 (or half) output past which a variant is
@@ -49,6 +46,12 @@ broken tile's (order 1). A pre-filter only: the gate decides with the float64 or
 MIN_SAMPLES = 3
 MAX_SAMPLES = 200
 SEED = 0x5C2EE7
+
+
+def server() -> Any:
+    from kernelabd.harness.child import server as module
+
+    return module
 
 
 def set_constants(module: Any, constants: dict[str, Any]) -> None:
@@ -89,7 +92,7 @@ def compiler_init(arch: str, reference: str, constants: dict[str, Any]) -> None:
     from kernelabd.fingerprint.build import use_target
 
     use_target(arch)
-    module = load_module(reference, "kernelab_reference")
+    module = server().load_module(reference, "kernelab_reference")
     set_constants(module, constants)
     torch.manual_seed(SEED)
     init = list(module.get_init_inputs())
@@ -103,7 +106,7 @@ def compile_variant(index: int, path: str) -> dict[str, Any]:
     from kernelabd.harness import fit
 
     try:
-        module = load_module(path, f"kernelab_{Path(path).stem}")
+        module = server().load_module(path, f"kernelab_{Path(path).stem}")
         model = build(module, _COMPILER["init"], _COMPILER["state"])
         with torch.no_grad(), TritonCompileOnly() as compiled:
             model(*_COMPILER["inputs"])
@@ -181,15 +184,15 @@ class Screen:
     def build_reference(self, path: str, constants: dict[str, Any]) -> None:
         if self.device != "cpu":
             torch.cuda.set_device(0)
-        module = load_module(path, "kernelab_reference")
+        module = server().load_module(path, "kernelab_reference")
         set_constants(module, constants)
         self.init = list(module.get_init_inputs())
-        model = on_device(self.device, SEED, lambda: module.Model(*self.init)).to(self.device).eval()
+        model = inputs.on_device(self.device, SEED, lambda: module.Model(*self.init)).to(self.device).eval()
         self.inputs = [v.to(self.device) if isinstance(v, torch.Tensor) else v
-                       for v in on_device(self.device, SEED + 1, lambda: list(module.get_inputs()))]
+                       for v in inputs.on_device(self.device, SEED + 1, lambda: list(module.get_inputs()))]
         self.state = model.state_dict()
         with torch.no_grad():
-            self.expected = [t.detach().clone() for t in flatten_outputs(model(*self.inputs))]
+            self.expected = [t.detach().clone() for t in server().flatten_outputs(model(*self.inputs))]
         self.sync()
 
     def sync(self) -> None:
@@ -199,14 +202,14 @@ class Screen:
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Load, check and time one variant: ``timed`` with its median ms, or ``wrong``."""
         started = time.perf_counter()
-        module = load_module(msg["path"], f"kernelab_{Path(msg['path']).stem}")
+        module = server().load_module(msg["path"], f"kernelab_{Path(msg['path']).stem}")
         model = build(module, self.init, self.state).to(self.device).eval()
 
         def call() -> Any:
             with torch.no_grad():
                 return model(*self.inputs)
 
-        outs = flatten_outputs(call())
+        outs = server().flatten_outputs(call())
         self.sync()
         loaded_s = time.perf_counter() - started
         wrong = self.sanity(outs)
@@ -240,7 +243,7 @@ class Screen:
         """Evict caches before a sample: write a buffer of at least twice the L2 (or LLC)."""
         if self.flush_buf is None:
             if self.device == "cpu":
-                nbytes = CPU_FLUSH_BYTES
+                nbytes = server().CPU_FLUSH_BYTES
             else:
                 l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 << 20)
                 nbytes = max(2 * l2, 128 << 20)
@@ -263,7 +266,7 @@ class Screen:
         """CUDA-graph replays (several calls a replay under ``GRAPH_BELOW_MS``, as the A/B
         timing does), each after an L2 flush, queued back to back between CUDA events; eager
         calls where the forward cannot be captured."""
-        reset_persisting_l2()
+        server().reset_persisting_l2()
         est = _median([self.event_ms(call) for _ in range(MIN_SAMPLES)])
         reps = math.ceil(GRAPH_TARGET_MS / max(est, 1e-4)) if est < GRAPH_BELOW_MS else 1
         run, how = self.graph(call, reps), f"CUDA graph of {reps} call(s)"
@@ -326,7 +329,7 @@ def serve(sock: Any) -> None:
         try:
             reply = handlers[cmd](msg)
         except Exception as exc:  # every failure of evaluated code becomes a reply
-            reply = error_reply(exc, str(cmd))
+            reply = server().error_reply(exc, str(cmd))
         wire.send(sock, reply, [])
 
 
