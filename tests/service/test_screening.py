@@ -65,7 +65,8 @@ HALVED = (REPEATED.replace('TUNABLES = {"num_warps": [2, 4], "REPEAT": [1, 2]}',
           .replace("for _ in range(REPEAT):", "for _ in range(1 if HALF else 4):")
           .replace("BLOCK=1024, num_warps=num_warps)", "BLOCK=1024, HALF=HALF)"))
 
-SEARCH = "\n[search]\non_cpu = true\nbatch = 8\ncontenders = 1\nscreen_ms = 20.0\n"
+# screen_ms: a dozen host-clock samples a configuration, so that a loaded CPU does not reorder them
+SEARCH = "\n[search]\non_cpu = true\nbatch = 8\ncontenders = 1\nscreen_ms = 300.0\n"
 
 
 def run_job(home, name: str, start: str) -> tuple[Loop, Store]:
@@ -77,7 +78,8 @@ def run_job(home, name: str, start: str) -> tuple[Loop, Store]:
                                   job_config={"proposers": ["tune"], "max_candidates": 6})
     store.start_job(job_id, "cpu")
     config = load(home.config)
-    config.timing.budget_s = 3.0     # enough A/B pairs on a loaded CPU for a 4× gain to clear its noise
+    config.timing.budget_s = 6.0     # enough A/B pairs on a loaded CPU for a 2× gain to clear its noise
+    config.timing.min_pairs = 6
     loop = Loop(job_id, LocalRecorder(store, home), config=config,
                 device="cpu", workdir=home.work / f"job-{job_id}")
     outcome = loop.run()
