@@ -63,6 +63,19 @@ class SandboxConfig:
     memory_gb: float = 0.0            # address-space cap per sandbox, 0 = none
 
 
+@dataclass
+class SearchConfig:
+    """Screening: many configurations of a kernel compiled in parallel and timed briefly, the
+    best few gated and timed in A/B like any candidate (docs/port.md, ``tune``)."""
+
+    batch: int = 32                   # configurations a screened batch holds (0: no screening)
+    contenders: int = 2               # the best screened, if faster than the incumbent's, gated
+    screen_ms: float = 5.0            # device time each configuration is timed for
+    compile_workers: int = 0          # compile-only processes (0: one a core)
+    on_cpu: bool = False              # CPU jobs screen too (the interpreter's times say little)
+    cpu_arch: str = ""                # CPU jobs: compile for this arch (sm_90) to drop spills
+
+
 AGENT_KINDS = ("openai", "command")
 
 
@@ -100,6 +113,7 @@ class Config:
     gate: GateConfig = field(default_factory=GateConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     agents: dict[str, AgentConfig] = field(default_factory=dict)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 

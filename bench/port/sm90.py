@@ -47,15 +47,14 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernelabd.fingerprint import sass  # noqa: E402
 from kernelabd.fingerprint.build import TritonCompileOnly  # noqa: E402
+from kernelabd.harness import fit  # noqa: E402
 from kernelabd.harness.problem import load_problem  # noqa: E402
 from kernelabd.propose.base import Budget, JobContext, Proposal, Proposer  # noqa: E402
 from kernelabd.propose.inductor.codegen import use_stand_in_driver  # noqa: E402
 from kernelabd.propose.inductor.proposer import InductorProposer  # noqa: E402
 from kernelabd.propose.template.proposer import TemplateProposer  # noqa: E402
 from kernelabd.propose.tune import (  # noqa: E402
-    SMEM_PER_PROGRAM,
     Target,
     apply_edit,
     fits,
@@ -65,14 +64,6 @@ from kernelabd.propose.tune import (  # noqa: E402
 from kernelabd.service.capture import load_reference, main_dtype  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "port" / "problems"
-REGISTERS_PER_SM = 65536
-MAX_REGISTERS = 255
-LOCAL_BYTES_LIMIT = 64
-"""Stack a thread may use before it counts against a kernel: a few values parked outside the
-hot loop are harmless (the fp32 matmul's 8 B under Triton 3.9; the 3xTF32 128×128×64 seed's
-16 B at 255 registers, which ran 15 % faster on the H200 than the 128×128×32 tile that spills
-nothing), a whole array in local memory is not (Triton 3.8 put 3976 B of a 256-element softmax
-row there at 32 registers; 128×128×32 3xTF32 at 4 warps spilled 616–968 B)."""
 
 
 @dataclass
@@ -90,34 +81,9 @@ class KernelUse:
     smem_bytes: int         # dynamic shared memory per program
 
     @property
-    def register_cap(self) -> int:
-        """Registers a thread may use at this many warps: ptxas spills beyond it."""
-        return min(MAX_REGISTERS, REGISTERS_PER_SM // (32 * self.num_warps) // 8 * 8)
-
-    @property
     def problems(self) -> list[str]:
         """Why this kernel would run badly or not at all on an H100/H200; [] when it fits."""
-        found = []
-        if self.stack_bytes >= LOCAL_BYTES_LIMIT:
-            found.append(f"spills under register pressure ({self.stack_bytes} B stack a thread)"
-                         if self.registers >= self.register_cap else
-                         f"keeps {self.stack_bytes} B a thread in local memory")
-        if self.smem_bytes > SMEM_PER_PROGRAM:
-            found.append(f"shared memory {self.smem_bytes} B > {SMEM_PER_PROGRAM} B")
-        if self.registers * 32 * self.num_warps > REGISTERS_PER_SM:
-            found.append(f"{self.registers} registers × {32 * self.num_warps} threads > one SM's")
-        return found
-
-
-def resource_usage(cubin: bytes) -> dict[str, int]:
-    """REG/STACK/SHARED/LOCAL of the one function in ``cubin``, as cuobjdump prints them."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        (usage,) = sass.resource_usage(Path(f.name)).values()
-    if "REG" not in usage:
-        raise RuntimeError("cuobjdump printed no resource usage")
-    return usage
+        return fit.Usage(self.registers, self.stack_bytes, self.smem_bytes, self.num_warps).problems
 
 
 def seed(problem: Path, proposer: Proposer) -> tuple[str, str] | str:
@@ -239,10 +205,9 @@ def check_grid(problem: Path, n: int, work: Path) -> list[Pruning]:
 
 def _use(problem: Path, proposer: str, name: str, kernel: Any) -> KernelUse:
     """One compiled kernel as the table reports it, from its cubin and metadata."""
-    usage = resource_usage(kernel.asm["cubin"])
-    return KernelUse(problem.stem, proposer, name, kernel.metadata.num_warps,
-                     kernel.metadata.num_stages, usage["REG"],
-                     usage.get("STACK", 0) + usage.get("LOCAL", 0), kernel.metadata.shared)
+    usage = fit.usage_of(kernel)
+    return KernelUse(problem.stem, proposer, name, usage.num_warps, kernel.metadata.num_stages,
+                     usage.registers, usage.stack_bytes, usage.smem_bytes)
 
 
 def grid_table(verdicts: list[Pruning]) -> str:

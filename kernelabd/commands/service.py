@@ -468,6 +468,23 @@ user = ""
 # ranges, so set it generously (tens of GiB) if at all.
 memory_gb = 0.0
 
+[search]
+# Screening (docs/port.md, "tune"): a batch of configurations of the incumbent is compiled in
+# parallel, checked for spills, and timed briefly; only the best few that beat the incumbent's
+# own screened time go on to the full gate and A/B. Configurations a batch holds (0 = none).
+batch = 32
+# Screened configurations gated and timed in A/B per batch, fastest first.
+contenders = 2
+# Device time each configuration is timed for while screened, in ms.
+screen_ms = 5.0
+# Compile-only processes per batch; 0 = one a core.
+compile_workers = 0
+# CPU jobs screen too (Triton's interpreter, host timing: for tests and laptops; its times say
+# little of a GPU's, so by default a CPU job changes one tunable per candidate instead).
+on_cpu = false
+# CPU jobs only: also compile for this GPU arch ("sm_90") to drop spilling configurations.
+cpu_arch = ""
+
 # Agents as proposers (README.md, "Agents"): name one in [jobs] proposers as "agents.NAME",
 # or per job with `kernelab port REF --proposer agents.NAME` (every key: docs/service.md).
 # [agents.local]

@@ -105,6 +105,7 @@ class SandboxSpec:
     user: str = ""
     memory_gb: float = 0.0
     label: str = "sandbox"
+    module: str = "kernelabd.harness.child.server"   # the child's entry module (``-m``)
 
 
 class Sandbox:
@@ -148,7 +149,7 @@ class Sandbox:
         stderr = self._stderr_path.open("wb")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "kernelabd.harness.child.server", str(child_sock.fileno())],
+                [sys.executable, "-P", "-m", self.spec.module, str(child_sock.fileno())],
                 stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, cwd=self.workdir,
                 env=self._env(), pass_fds=(child_sock.fileno(),),
                 preexec_fn=lambda: _child_setup(self.spec.memory_gb),

@@ -37,6 +37,22 @@ class Proposal:
 
 
 @dataclass(frozen=True)
+class Batch:
+    """Many configurations of one kernel to screen instead of one candidate to evaluate.
+
+    ``source`` declares ``TUNABLES``; each configuration gives some of them values (the rest
+    keep the source's). The loop screens them all, together with the parent's own configuration
+    as the control, and hands only the few that beat it on to the full gate and A/B, each as an
+    ordinary candidate whose edit names its change from the parent: a batch is a search, what is
+    accepted is still one named change to the incumbent."""
+
+    source: str
+    configs: tuple[dict[str, Any], ...]
+    parent_id: int
+    language: str = "triton"
+
+
+@dataclass(frozen=True)
 class Decline:
     """A proposer's "nothing more for this history". ``reason`` (one line) is for the user when
     the proposer could have helped but cannot (Inductor hands the graph to cuBLAS, no template
@@ -84,6 +100,26 @@ def _evidence(result: Any) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True)
+class Screened:
+    """A screened configuration as proposers see it (a row of ``screened``): its time orders
+    configurations within a job and is never a result."""
+
+    id: int
+    parent_id: int | None
+    params: dict[str, Any]
+    status: str                                # timed | spills | too_big | failed | wrong
+    ms: float | None = None
+    candidate_id: int | None = None            # set when it went on to the full gate
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Screened:
+        params = row["params"]
+        return cls(id=row["id"], parent_id=row.get("parent_id"),
+                   params=json.loads(params) if isinstance(params, str) else dict(params),
+                   status=row["status"], ms=row.get("ms"), candidate_id=row.get("candidate_id"))
+
+
+@dataclass(frozen=True)
 class Budget:
     candidates_left: int
     seconds_left: float
@@ -105,6 +141,14 @@ class JobContext:
     # candidate id -> its machine-code fingerprint, {"kernels": [...]} as ``kernelab fingerprint
     # --json`` prints it; only candidates evaluated on a GPU have one
     fingerprints: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # the job's screened configurations, in order: what a model-based tuner learns from
+    screened: tuple[Screened, ...] = ()
+    # the per-device cache's best configurations for the incumbent's kernel, exact matches
+    # (same kernel source, same sizes) first: {"params", "ms", "exact", "signature", "shapes"}
+    cached: tuple[dict[str, Any], ...] = ()
+    # configurations a ``Batch`` may hold here; 0 where this job cannot screen (a CUDA C++
+    # target, or a caller without a screening sandbox): propose single candidates then
+    screen_batch: int = 0
 
     @property
     def incumbent(self) -> Candidate | None:
@@ -124,12 +168,14 @@ class JobContext:
 
 
 class Proposer(Protocol):
-    """Proposes candidates for a job, one single-edit candidate per call."""
+    """Proposes candidates for a job, one single-edit candidate (or one batch to screen) per
+    call."""
 
     name: str
 
-    def propose(self, ctx: JobContext) -> Proposal | Decline:
-        """The next candidate to evaluate, or a ``Decline`` when this proposer has nothing more
+    def propose(self, ctx: JobContext) -> Proposal | Batch | Decline:
+        """The next candidate to evaluate, a ``Batch`` of configurations to screen (only where
+        ``ctx.screen_batch`` allows one), or a ``Decline`` when this proposer has nothing more
         to offer for this history (the loop then asks the next proposer)."""
         ...
 

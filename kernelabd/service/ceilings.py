@@ -4,8 +4,10 @@ A port's "% of speed of light" is only honest against what this device actually 
 against a datasheet: so the ceilings are *measured* — the best of a few large copies (bytes read
 plus bytes written per second) and the best of a few large matrix products per precision —
 with the same clock the harness times with (CUDA events on a GPU, ``perf_counter`` on a CPU).
-They are stored with the device and reused; only kernels are launched, no device setting is
-read or changed.
+They are measured once per device per home and reused by every later job there, ``kernelab
+port`` included, under a key naming the device (its UUID), the driver and the clock settings:
+a new driver, another GPU or other clocks measure them again. Only kernels are launched; no
+device setting is changed.
 
 The floor of a job is ``max(flops / matrix rate, min_bytes / copy bandwidth)``: FLOPs come from
 ``torch.utils.flop_counter`` (which counts matrix products, convolutions and attention — the
@@ -17,9 +19,12 @@ ceilings and must answer without loading it.
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -156,3 +161,78 @@ def describe(ceilings: dict[str, Any]) -> str:
                       ("bf16_tflops", "fp16_tflops", "tf32_tflops", "fp32_tflops") if ceilings.get(key))
     return (f"{ceilings.get('device_name', '?')}: copy {float(ceilings.get('copy_gbps') or 0):.4g} GB/s; "
             f"TFLOP/s {rates or '?'}")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a device's ceilings depend on, as the ``ceilings`` table's key, and its name."""
+
+    key: str
+    name: str
+
+
+def identity(device: str, lock_clocks: str = "off") -> Identity:
+    """The key ceilings measured on ``device`` are kept under: the device (a GPU's UUID; the
+    host and its CPU model), the driver (NVML's version; torch's, whose libraries run the
+    measuring kernels) and the clock settings (the GPU's application clocks, ``lock_clocks``)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        from kernelabd.service.devices import cpu_device
+
+        name = cpu_device().name
+        return Identity(f"cpu {platform.node()} {name}|torch {torch.__version__}|lock_clocks {lock_clocks}", name)
+    props = torch.cuda.get_device_properties(dev)
+    uuid = f"GPU-{props.uuid}"
+    driver, clocks = _nvml_state(uuid)
+    return Identity(f"{uuid}|driver {driver}, torch {torch.__version__}|{clocks}, lock_clocks {lock_clocks}",
+                    props.name)
+
+
+def _nvml_state(uuid: str) -> tuple[str, str]:
+    """The driver version and the GPU's application clocks through NVML ("unknown" without)."""
+    driver, clocks = "unknown", "clocks unknown"
+    with contextlib.suppress(Exception):   # no NVML binding or driver: the key says so
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        sm = pynvml.nvmlDeviceGetApplicationsClock(handle, pynvml.NVML_CLOCK_SM)
+        mem = pynvml.nvmlDeviceGetApplicationsClock(handle, pynvml.NVML_CLOCK_MEM)
+        clocks = f"application clocks {sm}/{mem} MHz"
+    return driver, clocks
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class CeilingsRecorder(Protocol):
+    """The recorder calls ceilings are kept through (``service.recorder``)."""
+
+    def ceilings(self, key: str) -> dict[str, Any] | None: ...
+    def keep_ceilings(self, job_id: int, key: str, ceilings: dict[str, Any]) -> None: ...
+    def event(self, kind: str, message: str, level: str = "info", job_id: int | None = None) -> None: ...
+
+
+def for_job(rec: CeilingsRecorder, job_id: int, device: str, lock_clocks: str,
+            progress: Callable[[str], None]) -> dict[str, Any] | None:
+    """The ceilings of the device a job runs on: kept ones when this home measured them under
+    the same key, else measured now and kept; None when they cannot be measured (out of memory
+    on a busy GPU: no floor, not a failure)."""
+    try:
+        ident = identity(device, lock_clocks)
+        found = rec.ceilings(ident.key)
+        if found is not None:
+            return found
+        progress("measuring this device's ceilings (once per device, driver and clocks)")
+        found = measure(device)
+    except Exception as exc:
+        rec.event("ceilings.failed", f"{type(exc).__name__}: {exc}".splitlines()[0], level="warning",
+                  job_id=job_id)
+        return None
+    rec.keep_ceilings(job_id, ident.key, found)
+    rec.event("ceilings.measured", f"{describe(found)} ({ident.key})", job_id=job_id)
+    return found

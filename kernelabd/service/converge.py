@@ -24,6 +24,7 @@ from kernelabd.harness.problem import ProblemError, load_problem
 from kernelabd.harness.sandbox import SandboxSpec
 from kernelabd.harness.session import Rejected, Session
 from kernelabd.propose.base import (
+    Batch,
     Budget,
     Candidate,
     Decline,
@@ -52,8 +53,14 @@ class Recorder(Protocol):
     def add_active_time(self, job_id: int, seconds: float) -> None: ...
     def event(self, kind: str, message: str, level: str = "info",
               job_id: int | None = None) -> None: ...
-    def device_ceilings(self, job_id: int) -> dict[str, Any] | None: ...
-    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool: ...
+    def ceilings(self, key: str) -> dict[str, Any] | None: ...
+    def keep_ceilings(self, job_id: int, key: str, ceilings: dict[str, Any]) -> None: ...
+    def screened(self, job_id: int) -> list[dict[str, Any]]: ...
+    def add_screened(self, job_id: int, rows: list[dict[str, Any]]) -> list[int]: ...
+    def link_screened(self, screened_id: int, candidate_id: int) -> None: ...
+    def cached_configs(self, device_name: str, signature: str, family: str,
+                       shapes: str) -> list[dict[str, Any]]: ...
+    def cache_best(self, entry: dict[str, Any]) -> bool: ...
     def add_exchange(self, job_id: int, candidate_id: int | None,
                      exchange: dict[str, Any]) -> None: ...
 
@@ -202,14 +209,16 @@ class Loop:
         return accepted[-1] if accepted else None
 
     def context(self) -> JobContext:
+        from kernelabd.service.screening import search_context
+
         left_s = self.limits.max_minutes * 60 - self.active_s
-        return JobContext(
+        return search_context(self, JobContext(
             job_id=self.job_id, problem=self.job["problem_name"],
             reference_source=self.job["source"], device=self.device,
             budget=Budget(self.limits.max_candidates - len(self.history), left_s),
             sidecar=load_problem(self.reference).sidecar, start_source=self.job.get("start_source"),
             capture=self.job.get("capture"), history=tuple(self.history),
-            fingerprints=dict(self.fingerprints))
+            fingerprints=dict(self.fingerprints)))
 
     def record(self, proposal: Proposal, proposer: str) -> Candidate:
         data = {"source": proposal.source, "edit": proposal.edit, "parent_id": proposal.parent_id,
@@ -331,12 +340,12 @@ class Loop:
                                job_id=self.job_id)
         return loaded
 
-    def next_proposal(self, proposers: list[Proposer]) -> tuple[Proposal, str] | None:
+    def next_proposal(self, proposers: list[Proposer]) -> tuple[Proposal | Batch, str] | None:
         ctx = self.context()
         for proposer in proposers:
             answer = proposer.propose(ctx)
             self.record_failed(proposer)
-            if isinstance(answer, Proposal):
+            if isinstance(answer, Proposal | Batch):
                 return answer, proposer.name
             self.note_decline(proposer.name, answer)
         return None
@@ -373,9 +382,12 @@ class Loop:
         except ReferenceInvalid as exc:
             return Outcome("invalid", error=str(exc))
         finally:
+            from kernelabd.service import screening
+
             if self.session is not None:
                 self.session.close()
             self.close_proposers()
+            screening.close(self)
 
     def _run(self) -> Outcome:
         self.materialise_reference()
@@ -402,7 +414,12 @@ class Loop:
             if reason is not None:
                 return self.finish(reason)
             proposal, name = picked
-            self.evaluate(self.record(proposal, name))
+            if isinstance(proposal, Batch):
+                from kernelabd.service.screening import screen_batch
+
+                screen_batch(self, proposal, name)   # records and evaluates its contenders
+            else:
+                self.evaluate(self.record(proposal, name))
 
     def open_session(self) -> None:
         """The job-long reference: its sandbox, its memory plan and its float64 oracle, made
@@ -460,22 +477,12 @@ class Loop:
             self.rec.event("peers.unmeasured", f"{key}: {why}", level="warning", job_id=self.job_id)
 
     def speed_of_light(self, capture: dict[str, Any]) -> dict[str, Any] | None:
-        """The job's floor from this device's ceilings, measuring them the first time."""
-        from kernelabd.service.ceilings import describe, floor_ms, measure
+        """The job's floor from this device's ceilings, measured once per device per home."""
+        from kernelabd.service.ceilings import floor_ms, for_job
 
-        ceilings = self.rec.device_ceilings(self.job_id)
+        ceilings = for_job(self.rec, self.job_id, self.device, self.config.timing.lock_clocks, self.progress)
         if ceilings is None:
-            self.progress("measuring this device's ceilings (once per device)")
-            try:
-                ceilings = measure(self.device)
-            except Exception as exc:  # out of memory on a busy GPU: no floor, not a failure
-                self.rec.event("ceilings.failed", f"{type(exc).__name__}: {exc}".splitlines()[0],
-                               level="warning", job_id=self.job_id)
-                return None
-            kept = self.rec.set_device_ceilings(self.job_id, ceilings)
-            self.rec.event("ceilings.measured", describe(ceilings)
-                           + ("" if kept else " (no device row: kept with this job only)"),
-                           job_id=self.job_id)
+            return None
         return floor_ms(capture, ceilings, tf32=load_problem(self.reference).sidecar.tf32)
 
     def check_reference(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from store import fingerprints
+from store import fingerprints, search
 from store.home import Home
 from store.records import Store
 
@@ -62,17 +62,32 @@ class LocalRecorder:
     def add_active_time(self, job_id: int, seconds: float) -> None:
         self.store.add_active_time(job_id, seconds)
 
-    def device_ceilings(self, job_id: int) -> dict[str, Any] | None:
-        """The ceilings of the device the job runs on, if measured before."""
-        job = self.store.job(job_id)
-        return self.store.device_ceilings(job["device"]) if job and job["device"] else None
+    def ceilings(self, key: str) -> dict[str, Any] | None:
+        """Ceilings this home measured under ``key`` (device, driver, clocks), if any."""
+        return search.ceilings(self.store.conn, key)
 
-    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool:
-        """Keep freshly measured ceilings with the job's device, for every later job there."""
+    def keep_ceilings(self, job_id: int, key: str, ceilings: dict[str, Any]) -> None:
+        """Keep freshly measured ceilings for every later job in this home under ``key``, and
+        with the job's registered device (``kernelab doctor`` lists those)."""
+        search.keep_ceilings(self.store.conn, key, ceilings.get("device_name"), ceilings)
         job = self.store.job(job_id)
-        if not job or not job["device"]:
-            return False
-        return self.store.set_device_ceilings(job["device"], ceilings)
+        if job and job["device"]:
+            self.store.set_device_ceilings(job["device"], ceilings)
+
+    def screened(self, job_id: int) -> list[dict[str, Any]]:
+        return search.screened(self.store.conn, job_id)
+
+    def add_screened(self, job_id: int, rows: list[dict[str, Any]]) -> list[int]:
+        return search.add_screened(self.store.conn, job_id, rows)
+
+    def link_screened(self, screened_id: int, candidate_id: int) -> None:
+        search.link_screened(self.store.conn, screened_id, candidate_id)
+
+    def cached_configs(self, device_name: str, signature: str, family: str, shapes: str) -> list[dict[str, Any]]:
+        return search.cached(self.store.conn, device_name, signature, family, shapes)
+
+    def cache_best(self, entry: dict[str, Any]) -> bool:
+        return search.cache_best(self.store.conn, entry)
 
     def event(self, kind: str, message: str, level: str = "info",
               job_id: int | None = None) -> None:
@@ -98,4 +113,5 @@ class LocalRecorder:
 # The calls a worker may make on the daemon's recorder (nothing else crosses the pipe).
 RPC_METHODS = frozenset({"load", "add_candidate", "start_candidate", "finish_candidate",
                          "update_job", "add_active_time", "event", "end_job",
-                         "device_ceilings", "set_device_ceilings", "add_exchange"})
+                         "add_exchange", "ceilings", "keep_ceilings", "screened", "add_screened",
+                         "link_screened", "cached_configs", "cache_best"})

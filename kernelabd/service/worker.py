@@ -65,14 +65,29 @@ class RpcRecorder:
               job_id: int | None = None) -> None:
         self._call("event", kind, message, level, job_id)
 
-    def device_ceilings(self, job_id: int) -> dict[str, Any] | None:
-        return self._call("device_ceilings", job_id)
-
     def add_exchange(self, job_id: int, candidate_id: int | None, exchange: dict[str, Any]) -> None:
         self._call("add_exchange", job_id, candidate_id, exchange)
 
-    def set_device_ceilings(self, job_id: int, ceilings: dict[str, Any]) -> bool:
-        return self._call("set_device_ceilings", job_id, ceilings)
+    def ceilings(self, key: str) -> dict[str, Any] | None:
+        return self._call("ceilings", key)
+
+    def keep_ceilings(self, job_id: int, key: str, ceilings: dict[str, Any]) -> None:
+        self._call("keep_ceilings", job_id, key, ceilings)
+
+    def screened(self, job_id: int) -> list[dict[str, Any]]:
+        return self._call("screened", job_id)
+
+    def add_screened(self, job_id: int, rows: list[dict[str, Any]]) -> list[int]:
+        return self._call("add_screened", job_id, rows)
+
+    def link_screened(self, screened_id: int, candidate_id: int) -> None:
+        self._call("link_screened", screened_id, candidate_id)
+
+    def cached_configs(self, device_name: str, signature: str, family: str, shapes: str) -> list[dict[str, Any]]:
+        return self._call("cached_configs", device_name, signature, family, shapes)
+
+    def cache_best(self, entry: dict[str, Any]) -> bool:
+        return self._call("cache_best", entry)
 
     def end_job(self, job_id: int, state: str, stop_reason: str | None,
                 error: str | None) -> None:

@@ -4,8 +4,29 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.propose.base import Budget, Candidate, Decline, JobContext, Proposal, ProposerUnavailable, load_proposer
-from kernelabd.propose.tune import Target, TunablesError, TuneProposer, apply_edit, fits, parse_tunables
+from kernelabd.propose.base import (
+    Batch,
+    Budget,
+    Candidate,
+    Decline,
+    JobContext,
+    Proposal,
+    ProposerUnavailable,
+    Screened,
+    load_proposer,
+)
+from kernelabd.propose.tune import (
+    STALL_BATCHES,
+    Target,
+    TunablesError,
+    TuneProposer,
+    apply_edit,
+    describe_change,
+    fits,
+    parse_tunables,
+    signature,
+    with_params,
+)
 
 SOURCE = '''"""kernel"""
 TUNABLES = {"BLOCK_SIZE": [128, 256, 512, 1024], "num_warps": [1, 2, 4, 8]}
@@ -161,3 +182,106 @@ def test_unknown_proposers_are_reported_not_crashed_on():
     assert load_proposer("tune").name == "tune"
     with pytest.raises(ProposerUnavailable, match="unknown proposer"):
         load_proposer("nonesuch")
+
+
+# -- screened batches -------------------------------------------------------------------------
+
+SEARCHED = '''"""kernel"""
+TUNABLES = {"BLOCK_SIZE": [128, 256, 512, 1024], "num_warps": [1, 2, 4, 8], "STAGES": [1, 2, 3]}
+STARTS = [{"BLOCK_SIZE": 1024, "num_warps": 8}]
+BLOCK_SIZE = 256
+num_warps = 4
+STAGES = 1
+'''
+
+
+def screening(*history: Candidate, screened=(), cached=(), batch: int = 8, job_id: int = 1) -> JobContext:
+    return JobContext(job_id=job_id, problem="p", reference_source="", device="cuda",
+                      budget=Budget(10, 60.0), history=tuple(history), screened=tuple(screened),
+                      cached=tuple(cached), screen_batch=batch)
+
+
+def rows_for(batch: Batch, ms: dict[tuple, float], start_id: int = 1) -> list[Screened]:
+    """The batch as the loop would record it: the control first, then each configuration."""
+    configs = [batch_control(batch), *batch.configs]
+    return [Screened(id=start_id + i, parent_id=batch.parent_id, params=p, status="timed",
+                     ms=ms.get((p["BLOCK_SIZE"], p["num_warps"]), 1.0)) for i, p in enumerate(configs)]
+
+
+def batch_control(batch: Batch) -> dict:
+    return {t.name: t.current for t in parse_tunables(batch.source)}
+
+
+def test_a_job_that_can_screen_gets_a_batch_starting_from_the_cache_then_known_good_then_neighbours():
+    inc = incumbent(SEARCHED)
+    cached = ({"params": {"BLOCK_SIZE": 512, "num_warps": 2, "STAGES": 3}, "exact": True},
+              {"params": {"BLOCK_SIZE": 128}, "exact": False})
+    batch = TuneProposer().propose(screening(inc, cached=cached))
+    assert isinstance(batch, Batch) and batch.parent_id == 1 and batch.source == SEARCHED
+    assert list(batch.configs[:3]) == [
+        {"BLOCK_SIZE": 512, "num_warps": 2, "STAGES": 3},
+        {"BLOCK_SIZE": 128, "num_warps": 4, "STAGES": 1},        # a partial entry over the incumbent's
+        {"BLOCK_SIZE": 1024, "num_warps": 8, "STAGES": 1}]       # the candidate's STARTS
+    neighbours = [{"BLOCK_SIZE": 512, "num_warps": 4, "STAGES": 1}, {"BLOCK_SIZE": 256, "num_warps": 8, "STAGES": 1},
+                  {"BLOCK_SIZE": 256, "num_warps": 2, "STAGES": 1}, {"BLOCK_SIZE": 256, "num_warps": 4, "STAGES": 2}]
+    assert list(batch.configs[3:7]) == neighbours, "the 128 neighbour came from the cache already"
+    assert len(batch.configs) == 8
+    assert len({tuple(sorted(c.items())) for c in batch.configs}) == 8
+    assert {"BLOCK_SIZE": 256, "num_warps": 4, "STAGES": 1} not in batch.configs, "the control is the loop's"
+
+
+def test_later_batches_are_fitted_to_what_was_screened_and_never_repeat_it():
+    inc = incumbent(SEARCHED)
+    first = TuneProposer().propose(screening(inc, batch=12))
+    # Large blocks with many warps were fast: the model should lean there.
+    fast = {(b, w): 0.2 for b in (512, 1024) for w in (4, 8)}
+    rows = rows_for(first, fast)
+    second = TuneProposer().propose(screening(inc, screened=rows, batch=12))
+    assert isinstance(second, Batch)
+    seen = {tuple(sorted(r.params.items())) for r in rows}
+    assert not seen & {tuple(sorted(c.items())) for c in second.configs}, "nothing screened is screened again"
+    again = TuneProposer().propose(screening(inc, screened=rows, batch=12))
+    assert again == second, "rebuilt from the same rows, the study suggests the same batch (kill -9 safe)"
+    leaning = sum(c["BLOCK_SIZE"] >= 512 for c in second.configs)
+    assert leaning >= 0.75 * len(second.configs), f"TPE follows the fast region: {second.configs}"
+
+
+def test_a_batch_leaves_out_what_cannot_fit_on_the_gpu():
+    from kernelabd.propose.templates.common import tunables
+    source = '"""k"""' + tunables({"num_stages": [3, 4], "BLOCK_M": [64, 128], "BLOCK_N": [128],
+                                    "BLOCK_K": [64], "num_warps": [4]},
+                                   {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3,
+                                    "num_warps": 4}, MATMUL)
+    on_gpu = JobContext(job_id=1, problem="p", reference_source="", device="cuda", budget=Budget(10, 60.0),
+                        capture={"dtype": "torch.float32"}, history=(incumbent(source),), screen_batch=8)
+    batch = TuneProposer().propose(on_gpu)
+    assert all(fits(c, MATMUL, Target(gpu=True)) for c in batch.configs)
+    assert {"num_stages": 4, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4} not in batch.configs
+
+
+def test_an_incumbent_is_left_after_its_batches_and_a_broken_screen_falls_back_to_single_edits():
+    inc = incumbent(SEARCHED)
+    control = {"BLOCK_SIZE": 256, "num_warps": 4, "STAGES": 1}
+    stalled = [Screened(id=i, parent_id=1, params=control, status="timed", ms=1.0) for i in range(STALL_BATCHES)]
+    assert TuneProposer().propose(screening(inc, screened=stalled)) == Decline()
+    broken = [Screened(id=1, parent_id=1, params=control, status="failed")]
+    fallback = TuneProposer().propose(screening(inc, screened=broken))
+    assert isinstance(fallback, Proposal) and fallback.edit == "BLOCK_SIZE 256 → 512"
+
+
+def test_where_screening_is_not_possible_the_tuner_changes_one_tunable():
+    inc = incumbent(SEARCHED)
+    assert isinstance(TuneProposer().propose(screening(inc, batch=0)), Proposal)
+    cuda = Candidate(id=1, proposer="start", source=SEARCHED, state="done", verdict="pass", accepted=True,
+                     language="cuda")
+    assert isinstance(TuneProposer().propose(screening(cuda)), Proposal)
+
+
+def test_a_signature_names_the_kernel_whatever_its_configuration():
+    other = with_params(SEARCHED, {"BLOCK_SIZE": 1024, "num_warps": 1})
+    assert other != SEARCHED and parse_tunables(other)[0].current == 1024
+    assert signature(other) == signature(SEARCHED)
+    assert signature(SEARCHED).startswith("BLOCK_SIZE,STAGES,num_warps@")
+    assert signature(SEARCHED.replace('"""kernel"""', '"""another kernel"""')) != signature(SEARCHED)
+    assert describe_change({"BLOCK_SIZE": 256, "num_warps": 4}, {"BLOCK_SIZE": 512, "num_warps": 4}) == \
+        "BLOCK_SIZE 256 → 512"

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.service.ceilings import describe, floor_ms, matrix_rate, measure
+from kernelabd.client import ensure_home
+from kernelabd.service.ceilings import describe, floor_ms, for_job, identity, matrix_rate, measure
+from kernelabd.service.recorder import LocalRecorder
+from store.db import connect
+from store.records import NewProblem, Store
 
 H200ISH = {"copy_gbps": 4000.0, "fp32_tflops": 50.0, "tf32_tflops": 400.0,
            "bf16_tflops": 800.0, "fp16_tflops": 800.0}
@@ -56,3 +60,33 @@ def test_gpu_ceilings_are_plausible_for_a_datacenter_gpu():
     c = measure("cuda")
     assert 100 < c["copy_gbps"] < 10_000
     assert c["bf16_tflops"] > c["tf32_tflops"] >= c["fp32_tflops"] * 0.9 > 0
+
+
+def test_ceilings_are_measured_once_per_device_driver_and_clocks_in_a_home(home):
+    """As ``kernelab port`` runs jobs: no registered device row. A second job on the same
+    device, driver and clock settings reuses the first one's ceilings; other clock settings
+    measure them again."""
+    ensure_home(home)
+    store = Store(connect(home.db))
+    rec = LocalRecorder(store, home)
+    jobs = [store.add_problem(NewProblem(f"p{i}", "x", "print()\n"))[1] for i in range(3)]
+    lines: list[str] = []
+    first = for_job(rec, jobs[0], "cpu", "off", lines.append)
+    assert first["copy_gbps"] > 0 and lines == ["measuring this device's ceilings (once per device, driver and clocks)"]
+    assert for_job(rec, jobs[1], "cpu", "off", lines.append) == first and len(lines) == 1, "not measured twice"
+    other = for_job(rec, jobs[2], "cpu", "base", lines.append)
+    assert len(lines) == 2 and other["measured_at"] > first["measured_at"]
+    measured = store.conn.execute("SELECT job_id, message FROM events WHERE kind = 'ceilings.measured'").fetchall()
+    assert [m["job_id"] for m in measured] == [jobs[0], jobs[2]]
+    keys = [r[0] for r in store.conn.execute("SELECT key FROM ceilings ORDER BY measured_at")]
+    assert keys == [identity("cpu", "off").key, identity("cpu", "base").key]
+    assert keys[0].startswith("cpu ") and "|torch " in keys[0] and keys[0].endswith("lock_clocks off")
+
+
+def test_a_device_that_cannot_be_measured_leaves_the_job_without_a_floor(home):
+    ensure_home(home)
+    store = Store(connect(home.db))
+    (_, job_id) = store.add_problem(NewProblem("p", "x", "print()\n"))
+    assert for_job(LocalRecorder(store, home), job_id, "cuda:7", "off", lambda _: None) is None
+    (event,) = store.conn.execute("SELECT level, message FROM events WHERE kind = 'ceilings.failed'").fetchall()
+    assert event["level"] == "warning" and event["message"]

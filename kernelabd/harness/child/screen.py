@@ -1,0 +1,345 @@
+"""What runs inside a screening sandbox: many configurations of one candidate, compiled in
+parallel and timed briefly, so that only the few worth it go on to the full gate and A/B.
+
+The variants are generated from a candidate's source, so this is untrusted code like any
+candidate, and nothing here decides anything: a screened time only orders configurations, and
+a configuration picked from it is gated against the float64 oracle and timed in interleaved A/B
+blocks in fresh sandboxes before anything is kept. The sandbox builds the reference's inputs and
+weights itself (seeded, at the device's sizes) and its fp32 outputs for a sanity check: a
+variant grossly off is not worth timing; no oracle is needed, since no verdict is made here.
+
+The sandbox lives as long as the job: its first ``prepare`` builds the reference and starts the
+compile-only processes, and every ``prepare`` compiles one batch's variants in them, all sharing
+this sandbox's Triton cache (a stand-in driver targets the GPU's architecture, as
+``kernelab fingerprint`` does, so the compiles run on the host's cores in parallel), and reads
+what ptxas made of each kernel: a variant that spills or does not fit an SM is dropped there.
+``time`` then loads one variant (its kernels come from the cache), checks its outputs and
+times it: on a GPU CUDA-graph replays between CUDA events with L2 flushed before each, for a few
+milliseconds of device time; on a CPU (Triton's interpreter) the host clock.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelabd.harness import wire
+from kernelabd.harness.child import inputs
+from kernelabd.harness.timing import GRAPH_BELOW_MS, GRAPH_TARGET_MS
+
+# ``kernelabd.harness.child.server`` (loading, output checks) is imported where it is used: it
+# imports Triton, and a compile-only process imports this module (as the spawned ``__mp_main__``)
+# before it has dropped ``TRITON_INTERPRET``: Triton imported then would interpret, not compile.
+
+SANITY_REL = 0.05
+"""Normwise error against the reference's own fp32 (or half) output past which a variant is
+``wrong``: far above any honest kernel's rounding (bf16 outputs differ by ~4e-3), far below a
+broken tile's (order 1). A pre-filter only: the gate decides with the float64 oracle."""
+MIN_SAMPLES = 3
+MAX_SAMPLES = 200
+SEED = 0x5C2EE7
+
+
+def server() -> Any:
+    from kernelabd.harness.child import server as module
+
+    return module
+
+
+def set_constants(module: Any, constants: dict[str, Any]) -> None:
+    for key, value in constants.items():
+        setattr(module, key, value)
+
+
+def build(module: Any, init: list[Any], state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A variant's ``ModelNew`` holding copies of the reference's weights. It is constructed on
+    the meta device and given the weights, so its initialisers never run: every variant of a
+    large model (the FFN's 176 M parameters took seconds to initialise on a host) costs a copy.
+    A constructor that needs real values, or one leaving state the weights do not cover, is run
+    as written instead."""
+    copies = {k: v.clone() for k, v in state.items()}
+    try:
+        with torch.device("meta"):
+            model = module.ModelNew(*init)
+        model.load_state_dict(copies, strict=True, assign=True)
+        if not any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            return model
+    except Exception:  # arbitrary user code: its own failure, if any, shows on the plain run
+        pass
+    model = module.ModelNew(*init)
+    model.load_state_dict(copies, strict=True)
+    return model
+
+
+# ----- compile-only processes ------------------------------------------------------------------
+_COMPILER: dict[str, Any] = {}
+
+
+def compiler_init(arch: str, reference: str, constants: dict[str, Any]) -> None:
+    """A compile-only process: Triton targets ``arch`` through a stand-in driver (nothing ever
+    launches here), and the reference's inputs at the device's sizes, on the host, give every
+    variant the arguments its kernels specialise on."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    torch.set_num_threads(1)
+    from kernelabd.fingerprint.build import use_target
+
+    use_target(arch)
+    module = server().load_module(reference, "kernelab_reference")
+    set_constants(module, constants)
+    torch.manual_seed(SEED)
+    init = list(module.get_init_inputs())
+    _COMPILER.update(init=init, inputs=list(module.get_inputs()), state=module.Model(*init).state_dict())
+
+
+def compile_variant(index: int, path: str) -> dict[str, Any]:
+    """Compile one variant's kernels (its forward run once, every launch a compile) and say
+    whether they fit: ``ok``, ``spills``, ``too_big`` or ``failed`` with ptxas's figures."""
+    from kernelabd.fingerprint.build import TritonCompileOnly
+    from kernelabd.harness import fit
+
+    try:
+        module = server().load_module(path, f"kernelab_{Path(path).stem}")
+        model = build(module, _COMPILER["init"], _COMPILER["state"])
+        with torch.no_grad(), TritonCompileOnly() as compiled:
+            model(*_COMPILER["inputs"])
+        uses = [fit.usage_of(kernel) for kernel, _ in compiled.kernels]
+    except Exception as exc:  # a variant that does not compile is this screen's finding
+        return {"index": index, "status": "failed", "detail": _one_line(exc)}
+    status = ("too_big" if any(u.too_big for u in uses) else
+              "spills" if any(u.spills for u in uses) else "ok")
+    return {"index": index, "status": status,
+            "registers": max((u.registers for u in uses), default=None),
+            "spills": max((u.stack_bytes for u in uses), default=None),
+            "detail": "; ".join(p for u in uses for p in u.problems) or None}
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+# ----- the timing process ----------------------------------------------------------------------
+class Screen:
+    """The reference built once, and each variant loaded, checked and timed in turn."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.pool: ProcessPoolExecutor | None = None
+        self.device = "cpu"
+        self.init: list[Any] = []
+        self.inputs: list[Any] = []
+        self.state: dict[str, torch.Tensor] = {}
+        self.expected: list[torch.Tensor] = []
+        self.flush_buf: torch.Tensor | None = None
+        self.screen_ms = 5.0
+
+    def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Compile the variants (building the reference and the compile-only processes on the
+        first batch, kept for the job's later ones); their compile verdicts, in order."""
+        if not self.ready:
+            self.start(msg)
+        if self.pool is None:
+            return {"compiled": [{"index": v["index"], "status": "ok"} for v in msg["variants"]], "info": self.info()}
+        futures = [self.pool.submit(compile_variant, v["index"], v["path"]) for v in msg["variants"]]
+        return {"compiled": [f.result() for f in futures], "info": self.info()}
+
+    def start(self, msg: dict[str, Any]) -> None:
+        """The job's reference, and where the GPU's architecture is known (or asked for), the
+        compile-only processes: spawned, so that none inherits this process's CUDA context or
+        driver, and all writing into this sandbox's Triton cache."""
+        self.device, self.screen_ms = msg["device"], float(msg["screen_ms"])
+        tf32 = bool(msg.get("tf32", False))
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        arch = msg.get("arch") or self.device_arch()
+        if arch:
+            self.pool = ProcessPoolExecutor(max_workers=max(1, int(msg["workers"])),
+                                            mp_context=multiprocessing.get_context("spawn"), initializer=compiler_init,
+                                            initargs=(arch, msg["reference"], msg["constants"]))
+        self.build_reference(msg["reference"], msg["constants"])
+        self.ready = True
+
+    def device_arch(self) -> str | None:
+        """The GPU's own architecture (``sm_90``), None on a CPU: the interpreter has no
+        registers to count."""
+        if self.device == "cpu":
+            return None
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"sm_{major}{minor}"
+
+    def info(self) -> dict[str, Any]:
+        if self.device == "cpu":
+            return {"device": "cpu"}
+        props = torch.cuda.get_device_properties(0)
+        return {"device": self.device, "name": props.name}
+
+    def build_reference(self, path: str, constants: dict[str, Any]) -> None:
+        if self.device != "cpu":
+            torch.cuda.set_device(0)
+        module = server().load_module(path, "kernelab_reference")
+        set_constants(module, constants)
+        self.init = list(module.get_init_inputs())
+        model = inputs.on_device(self.device, SEED, lambda: module.Model(*self.init)).to(self.device).eval()
+        self.inputs = [v.to(self.device) if isinstance(v, torch.Tensor) else v
+                       for v in inputs.on_device(self.device, SEED + 1, lambda: list(module.get_inputs()))]
+        self.state = model.state_dict()
+        with torch.no_grad():
+            self.expected = [t.detach().clone() for t in server().flatten_outputs(model(*self.inputs))]
+        self.sync()
+
+    def sync(self) -> None:
+        if self.device != "cpu":
+            torch.cuda.synchronize()
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Load, check and time one variant: ``timed`` with its median ms, or ``wrong``."""
+        started = time.perf_counter()
+        module = server().load_module(msg["path"], f"kernelab_{Path(msg['path']).stem}")
+        model = build(module, self.init, self.state).to(self.device).eval()
+
+        def call() -> Any:
+            with torch.no_grad():
+                return model(*self.inputs)
+
+        outs = server().flatten_outputs(call())
+        self.sync()
+        loaded_s = time.perf_counter() - started
+        wrong = self.sanity(outs)
+        if wrong:
+            return {"status": "wrong", "detail": wrong}
+        ms, how = self.measure(call)
+        return {"status": "timed", "ms": ms, "detail": f"{how}; loaded and checked in {loaded_s:.3f} s"}
+
+    def sanity(self, outs: list[torch.Tensor]) -> str | None:
+        """Why the outputs are grossly off the reference's, or None."""
+        if len(outs) != len(self.expected):
+            return f"{len(outs)} outputs, the reference has {len(self.expected)}"
+        for j, (got, want) in enumerate(zip(outs, self.expected, strict=True)):
+            if got.shape != want.shape:
+                return f"output {j} has shape {tuple(got.shape)}, the reference's {tuple(want.shape)}"
+            diff, scale = (got.double() - want.double()), want.double()
+            if not bool(torch.isfinite(got).all()) and bool(torch.isfinite(want).all()):
+                return f"output {j} is not finite"
+            error = float(torch.linalg.vector_norm(diff)) / max(float(torch.linalg.vector_norm(scale)), 1e-30)
+            if not error <= SANITY_REL:
+                return f"output {j}: normwise error {error:.3g} against the reference's (> {SANITY_REL})"
+        return None
+
+    def measure(self, call: Any) -> tuple[float, str]:
+        """Median ms of one call, and how it was timed."""
+        if self.device == "cpu":
+            return self.host_ms(call)
+        return self.device_ms(call)
+
+    def flush(self) -> None:
+        """Evict caches before a sample: write a buffer of at least twice the L2 (or LLC)."""
+        if self.flush_buf is None:
+            if self.device == "cpu":
+                nbytes = server().CPU_FLUSH_BYTES
+            else:
+                l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 << 20)
+                nbytes = max(2 * l2, 128 << 20)
+            self.flush_buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        self.flush_buf.zero_()
+
+    def host_ms(self, call: Any) -> tuple[float, str]:
+        samples: list[float] = []
+        budget_s = self.screen_ms / 1e3
+        spent = 0.0
+        while len(samples) < MIN_SAMPLES or (spent < budget_s and len(samples) < MAX_SAMPLES):
+            self.flush()
+            t0 = time.perf_counter_ns()
+            call()
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+            spent += samples[-1] / 1e3
+        return _median(samples), f"host clock, {len(samples)} samples"
+
+    def device_ms(self, call: Any) -> tuple[float, str]:
+        """CUDA-graph replays (several calls a replay under ``GRAPH_BELOW_MS``, as the A/B
+        timing does), each after an L2 flush, queued back to back between CUDA events; eager
+        calls where the forward cannot be captured."""
+        server().reset_persisting_l2()
+        est = _median([self.event_ms(call) for _ in range(MIN_SAMPLES)])
+        reps = math.ceil(GRAPH_TARGET_MS / max(est, 1e-4)) if est < GRAPH_BELOW_MS else 1
+        run, how = self.graph(call, reps), f"CUDA graph of {reps} call(s)"
+        if run is None:
+            run, reps, how = call, 1, "eager (not capturable)"
+        n = max(MIN_SAMPLES, min(MAX_SAMPLES, int(self.screen_ms / max(est * reps, 1e-4))))
+        events = []
+        for _ in range(n):
+            self.flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return _median([s.elapsed_time(e) / reps for s, e in events]), f"{how}, {n} samples"
+
+    def event_ms(self, call: Any) -> float:
+        self.flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    @staticmethod
+    def graph(call: Any, reps: int) -> Any:
+        """A replay of ``reps`` calls captured into a CUDA graph, or None if it cannot be."""
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                call()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(reps):
+                    call()
+            torch.cuda.synchronize()
+        except Exception:  # a forward that syncs or allocates host memory: timed eagerly
+            torch.cuda.synchronize()
+            return None
+        return graph.replay
+
+
+def _median(xs: list[float]) -> float:
+    ordered = sorted(xs)
+    return ordered[len(ordered) // 2]
+
+
+def serve(sock: Any) -> None:
+    screen = Screen()
+    handlers = {"prepare": screen.prepare, "time": screen.time}
+    while True:
+        msg, _ = wire.recv(sock)
+        cmd = msg.get("cmd")
+        if cmd == "exit":
+            return
+        try:
+            reply = handlers[cmd](msg)
+        except Exception as exc:  # every failure of evaluated code becomes a reply
+            reply = server().error_reply(exc, str(cmd))
+        wire.send(sock, reply, [])
+
+
+def main() -> None:
+    import socket
+
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    Path("triton-cache").mkdir(exist_ok=True)
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Screening: many configurations of one candidate compiled in parallel, checked against the
+SM's limits and timed briefly in one sandbox, so that only the best few go on to the full gate
+and the interleaved A/B (``kernelabd.harness.child.screen`` runs inside the sandbox).
+
+A screened time is never a result: it is measured in a process that also runs the variants'
+code, so it only orders configurations. Whatever the sandbox replies is read as untrusted
+input (a status outside the known ones is ``failed``), and what it picks still has to pass the
+gate against the float64 oracle and win its A/B in fresh sandboxes before anything is kept.
+
+A variant that kills the sandbox (a crash, an illegal address, a hang past its deadline) is
+recorded as ``failed`` with the cause, and the variants not yet timed are screened again in a
+fresh sandbox, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kernelabd.harness.problem import load_problem
+from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec
+
+CHILD = "kernelabd.harness.child.screen"
+STATUSES = ("timed", "spills", "too_big", "failed", "wrong")
+COMPILE_TIMEOUT_S = 900.0   # a whole batch's compiles (a large GEMM compiles in ~10 s a core)
+TIME_TIMEOUT_S = 120.0      # one variant: load (a compile if the cache missed), check, time
+RESTARTS = 2                # fresh sandboxes after one died, per batch
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a batch is screened ([search] in ``kernelab.toml``)."""
+
+    screen_ms: float = 5.0
+    workers: int = 0            # compile-only processes; 0: one a core of this host
+    arch: str | None = None     # compile for this arch and drop spills; None: the GPU's own
+                                # (none on a CPU, whose interpreter has no registers)
+
+
+@dataclass(frozen=True)
+class Screened:
+    """One configuration's screening: ``timed`` (with its ms), or why it was dropped."""
+
+    params: dict[str, Any]
+    status: str
+    ms: float | None = None
+    registers: int | None = None
+    spills: int | None = None
+    detail: str | None = None
+
+
+def host_cores() -> int:
+    """Cores this process may run on (the sandbox's compile-only processes use them all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Screener:
+    """One job's screening sandbox, kept from batch to batch: its interpreter, CUDA context,
+    reference (inputs, weights, fp32 outputs), compile-only processes and Triton cache are built
+    once, and each batch only compiles and times its variants. A sandbox that died is replaced
+    by a fresh one on the next use."""
+
+    def __init__(self, reference: Path, spec: SandboxSpec, options: Options = Options()) -> None:
+        self.reference = reference
+        self.spec = replace(spec, module=CHILD, label="screen")
+        self.options = options
+        self.box: Sandbox | None = None
+        self.staged_reference = ""
+        self.written = 0            # variant files written into the sandbox so far (unique names)
+
+    def screen(self, variants: list[tuple[dict[str, Any], str]]) -> list[Screened]:
+        """Screen each ``(params, source)`` variant of one candidate; one result per variant,
+        in order."""
+        found: dict[int, Screened] = {}
+        left = list(range(len(variants)))
+        for _ in range(RESTARTS + 1):
+            if not left:
+                break
+            left = self._in_sandbox(variants, left, found)
+        for i in left:
+            found[i] = Screened(variants[i][0], "failed", detail="not screened: the screening sandbox kept dying")
+        return [found[i] for i in range(len(variants))]
+
+    def close(self) -> None:
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+
+    def __enter__(self) -> Screener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sandbox(self) -> Sandbox:
+        if self.box is None:
+            self.box = Sandbox(self.spec)
+            self.box.start()
+            self.staged_reference = self.box.stage_file(self.reference, self.reference.name)
+            sidecar = self.reference.with_suffix(".toml")
+            if sidecar.is_file():
+                self.box.stage_file(sidecar, sidecar.name)
+        return self.box
+
+    def _in_sandbox(self, variants: list[tuple[dict[str, Any], str]], left: list[int],
+                    found: dict[int, Screened]) -> list[int]:
+        """Screen the ``left`` variants in the sandbox, filling ``found``; the ones still to do
+        when it died (empty when it did not: it is then kept for the next batch)."""
+        box = self._sandbox()
+        staged = {i: self._write(box, variants[i][1]) for i in left}
+        try:
+            reply, _ = box.request(_prepare(self.reference, self.staged_reference, staged, self.spec.device,
+                                            self.options), deadline=time.monotonic() + COMPILE_TIMEOUT_S,
+                                   what="compiling the screened configurations")
+        except SandboxError as exc:
+            for i in left:
+                found[i] = Screened(variants[i][0], "failed", detail=exc.message)
+            self.close()
+            return []
+        compiled = {int(c.get("index", -1)): c for c in reply.get("compiled") or [] if isinstance(c, dict)}
+        survivors = []
+        for i in left:
+            entry = compiled.get(i, {"status": "failed", "detail": "the sandbox did not compile it"})
+            if entry.get("status") == "ok":
+                survivors.append(i)
+            else:
+                found[i] = _result(variants[i][0], entry)
+        for k, i in enumerate(survivors):
+            try:
+                timed, _ = box.request({"cmd": "time", "index": i, "path": staged[i]},
+                                       deadline=time.monotonic() + TIME_TIMEOUT_S, what="timing a configuration")
+            except SandboxError as exc:
+                found[i] = Screened(variants[i][0], "failed", detail=exc.message)
+                if exc.kind == "raised":
+                    continue
+                self.close()
+                return survivors[k + 1:]
+            found[i] = _result(variants[i][0], {**compiled[i], **timed})
+        return []
+
+    def _write(self, box: Sandbox, source: str) -> str:
+        """Write one variant into the sandbox, read-only: the sandbox reads its copy, never ours."""
+        self.written += 1
+        path = box.workdir / f"variant_{self.written}.py"
+        path.write_text(source)
+        path.chmod(0o444)
+        return str(path)
+
+
+def screen(reference: Path, variants: list[tuple[dict[str, Any], str]], spec: SandboxSpec,
+           options: Options = Options()) -> list[Screened]:
+    """One batch screened in a sandbox of its own."""
+    with Screener(reference, spec, options) as screener:
+        return screener.screen(variants)
+
+
+def _prepare(reference: Path, staged_reference: str, staged: dict[int, str], device: str,
+             options: Options) -> dict[str, Any]:
+    problem = load_problem(reference)
+    return {"cmd": "prepare", "reference": staged_reference,
+            "constants": problem.sidecar.constants_for(device), "tf32": problem.sidecar.tf32,
+            "device": device, "arch": options.arch, "screen_ms": options.screen_ms,
+            "workers": options.workers or host_cores(),
+            "variants": [{"index": i, "path": path} for i, path in staged.items()]}
+
+
+def _result(params: dict[str, Any], entry: dict[str, Any]) -> Screened:
+    """The sandbox's account of one variant, read as untrusted input."""
+    status = entry.get("status") if entry.get("status") in STATUSES else "failed"
+    ms = _number(entry.get("ms"))
+    if status == "timed" and (ms is None or ms <= 0):
+        status, ms = "failed", None
+    detail = entry.get("detail")
+    return Screened(params, status, ms if status == "timed" else None, _count(entry.get("registers")),
+                    _count(entry.get("spills")), str(detail)[:500] if detail else None)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
