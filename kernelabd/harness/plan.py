@@ -94,7 +94,8 @@ def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> 
     of a set's inputs, its own allocations and the arena its outputs travel in (which is also
     the synchronisation rule's snapshot); while timed, its timing inputs, work buffers and
     graphs. Incumbent: weights, timing inputs, work buffers and graphs. The re-check: perturbed
-    inputs and a float64 forward, in the plan's batch chunks.
+    inputs and a float64 forward, in the plan's batch chunks. Screening (a GPU job's tuner):
+    its sandbox's own inputs, the reference's output and a variant's allocations.
     """
     main, extra = shapes[0], shapes[1:]
     i, o, pk = main.inputs_bytes, main.outputs_bytes, max(main.peak_bytes, main.outputs_bytes)
@@ -106,7 +107,8 @@ def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> 
     incumbent = main.params_bytes + timing_buffers
     recheck = i + main.f64_peak(chunks)
     build = max(s.f64_peak() for s in extra) if extra else 0
-    return int(stored + candidate + incumbent + max(recheck, build))
+    screening = main.params_bytes + i + o + pk
+    return int(stored + candidate + incumbent + screening + max(recheck, build))
 
 
 def chunk_counts(main: ShapeProbe) -> list[int]:
