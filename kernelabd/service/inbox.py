@@ -185,7 +185,7 @@ class Inbox:
         self.observer: BaseObserver | None = None
         self.next_rescan = 0.0
         self.marker = folder / MARKER
-        self.failing: str | None = None     # the inbox's own last error, recorded once
+        self.failing: str | None = None     # why the last rescan failed, recorded once
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -218,6 +218,7 @@ class Inbox:
         self.next_rescan = now + self.rescan_s
         for entry in os.scandir(self.folder):
             self._see(Path(entry.path), now, ready=False)
+        self.failing = None
 
     def _drain(self, now: float) -> None:
         while True:
@@ -353,7 +354,6 @@ def take_ready(inbox: Inbox, store: Store) -> list[int]:
             store.event("inbox.error", message, level="error")
         inbox.failing = message
         return []
-    inbox.failing = None
     groups: dict[str, list[Path]] = {}
     for path in complete:
         try:

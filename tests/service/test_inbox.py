@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -249,3 +250,18 @@ def test_quarantine_moves_what_the_last_daemon_died_on_with_a_reason(inbox, stor
     assert not inbox.marker.exists() and not (inbox.folder / "crash.py").exists()
     assert settle(inbox, store, 1.0) == [], "a quarantined file is not taken"
     assert quarantine(inbox, store) is None, "no marker: nothing to do"
+
+
+def test_an_inbox_removed_under_the_watcher_is_one_event_not_a_crash(tmp_path, store):
+    box = Inbox(tmp_path / "inbox", stable_s=0.2, rescan_s=0.3)
+    box.start()
+    try:
+        shutil.rmtree(box.folder)
+        assert settle(box, store, 1.5) == []
+        assert events(store, "inbox.error") == [
+            f"{box.folder}: cannot scan the inbox: [Errno 2] No such file or directory: '{box.folder}'"]
+        box.folder.mkdir()
+        rename_in(box.folder, "back.py", REF)
+        assert len(settle(box, store, 1.5)) == 1, "found again by the next rescan"
+    finally:
+        box.stop()
