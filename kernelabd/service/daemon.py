@@ -129,8 +129,7 @@ class Daemon:
             scheduler.shutdown()
         finally:
             inbox.stop()
-        store.heartbeat(os.getpid(), socket.gethostname(), __version__,
-                        "stopped" if crash is None else "crashed", self.started_at)
+        store.heartbeat(os.getpid(), socket.gethostname(), __version__, "stopped", self.started_at)
         if crash is None:
             store.event("daemon.stopped", "clean shutdown")
         else:
