@@ -348,13 +348,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for results.jsonl, summary.json and the run")
     parser.add_argument("--cases", type=int, default=1000)
-    parser.add_argument("--mix", default="static=0.85,run=0.13,hang=0.02",
+    parser.add_argument("--mix", default="static=0.9,run=0.09,hang=0.01",
                         help="share of each cost class (generate.COST); 'kinds': in proportion to their kinds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--wave", type=int, default=30, help="cases dropped at once")
     parser.add_argument("--gate-timeout-s", type=float, default=Limits.gate_timeout_s)
     parser.add_argument("--max-minutes", type=float, default=Limits.max_minutes)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))    # stop the daemon on the way out
     limits = Limits(gate_timeout_s=args.gate_timeout_s, max_minutes=args.max_minutes)
     root = args.out / "run"
     if root.exists():
