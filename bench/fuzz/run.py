@@ -334,7 +334,7 @@ def table(report: Report) -> str:
 
 
 def summary(report: Report, seed: int, limits: Limits) -> dict[str, Any]:
-    failed = Counter(p.split(" (")[0] for r in report.failed for p in r.problems)
+    failed = Counter(p.replace(r.name, "NAME").split(" (")[0] for r in report.failed for p in r.problems)
     return {"seed": seed, "cases": len(report.results), "ok": len(report.results) - len(report.failed),
             "daemon_deaths": len(report.daemon_deaths), "past_deadline": sum(
                 any("deadline" in p for p in r.problems) for r in report.results),
