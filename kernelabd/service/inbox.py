@@ -257,6 +257,12 @@ class Inbox:
                 return True
         return False
 
+    def alone(self, path: Path) -> bool:
+        """Whether a file has been complete for ``stable_s`` (a sidecar renamed in just before
+        its reference, as ``kernelab submit`` does, is not yet said to wait for it)."""
+        entry = self.pending.get(path)
+        return entry is None or time.time() - entry.since >= self.stable_s
+
     def mark_taken(self, path: Path) -> None:
         sig = self.pending.pop(path).signature if path in self.pending else _signature(path)
         if sig is not None:
@@ -418,9 +424,10 @@ def take_problem(inbox: Inbox, store: Store, name: str, paths: list[Path]) -> in
         waiting = True
     if waiting:
         for path in paths:      # a sidecar or start waits for its reference, read then
-            inbox.mark_taken(path)
-            store.event("inbox.waiting", f"{path.name}: kept for {name}.py, which is not in the "
-                        "inbox yet; they are taken together")
+            if inbox.alone(path):
+                inbox.mark_taken(path)
+                store.event("inbox.waiting", f"{path.name}: kept for {name}.py, which is not in the "
+                            "inbox yet; they are taken together")
         return None
     if inbox.busy({name}):
         return None

@@ -222,6 +222,17 @@ def test_a_sidecar_or_start_without_its_reference_is_said_to_wait(inbox, store):
         "softmx.toml: kept for softmx.py, which is not in the inbox yet; they are taken together"]
 
 
+def test_a_sidecar_renamed_in_just_before_its_reference_is_not_said_to_wait(inbox, store):
+    """``kernelab submit``'s order: the watcher may run between the two renames."""
+    rename_in(inbox.folder, "k.toml", "tf32 = true\n")
+    time.sleep(0.2)
+    assert take_ready(inbox, store) == []
+    rename_in(inbox.folder, "k.py", REF)
+    (job,) = settle(inbox, store, 1.0)
+    assert store.job(job)["sidecar"] == "tf32 = true\n"
+    assert events(store, "inbox.waiting") == []
+
+
 def test_the_marker_names_the_files_only_while_they_are_read(inbox, store):
     """What the daemon's next start relies on (``quarantine``): the marker exists during the
     read of a problem and is gone after it, whatever the outcome."""
