@@ -12,7 +12,7 @@ interpreter) and its Triton port, at import or in ``forward``: raising, a missin
 ``sys.exit``, ``os._exit``, SIGSEGV, ``KeyboardInterrupt``, a loop, a sleep, a flood of printed
 output, writes into the home directory. Mutated real problems are the shipped examples with a
 few random edits (a line dropped, duplicated or swapped, a number changed, the text cut short,
-a byte flipped). Nothing generated allocates more than a few megabytes.
+a byte flipped). Nothing generated allocates more than a few tens of megabytes.
 """
 
 from __future__ import annotations
