@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelabd.config import Config
-from kernelabd.harness.problem import ProblemError, load_problem
+from kernelabd.harness.problem import ProblemError, load_problem, validate_candidate
+from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import SandboxSpec
 from kernelabd.harness.session import Rejected, Session
 from kernelabd.propose.base import (
@@ -399,10 +400,7 @@ class Loop:
             self.rec.event("candidate.redo", f"#{cand.id} was in flight; evaluating it again",
                            job_id=self.job_id)
             self.evaluate(cand)
-        if not self.history and self.job.get("start_source"):
-            start = self.job["start_source"]
-            self.evaluate(self.record(Proposal(source=start, edit="starting candidate",
-                                               params=params_of(start)), "start"))
+        self.start()
         proposers = self._loaded = self.proposers()
         while True:
             reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
@@ -441,6 +439,28 @@ class Loop:
     def named(self, text: str) -> str:
         """A message about the job's copy of the reference, naming the file as the user did."""
         return text.replace(str(self.reference), self.reference.name)
+
+    def start(self) -> None:
+        """The dropped ``NAME.new.py`` is the job's first candidate, as it was dropped: one that
+        is empty, not text, does not parse or defines no ``ModelNew`` is that candidate's
+        recorded gate failure (``bad_candidate``, naming the file), never passed over for a
+        proposer's."""
+        source = self.job.get("start_source")
+        if self.history or source is None:
+            return
+        where = f"{self.job['problem_name']}.new.py"
+        try:
+            validate_candidate(source, where)
+        except ProblemError as exc:
+            cand = self.record(Proposal(source=source, edit="starting candidate"), "start")
+            self.rec.start_candidate(cand.id)
+            data = CheckResult.invalid("bad_candidate", str(exc), self.device).to_json()
+            self.rec.finish_candidate(self.job_id, cand.id, data, False)
+            self.replace(cand, data, False)
+            self.report(cand, data, False)
+            return
+        self.evaluate(self.record(Proposal(source=source, edit="starting candidate",
+                                           params=params_of(source)), "start"))
 
     def capture(self) -> None:
         """FLOPs, bytes moved and launch records of the reference (from its sandbox), and the
@@ -497,12 +517,15 @@ class Loop:
         if self.incumbent is not None:
             return Outcome("done", stop_reason=reason)
         failures = [c for c in self.history if c.verdict in ("fail", "error")]
+        start = f"{self.job['problem_name']}.new.py"
         if failures:
             last = failures[-1]
-            error = (f"no candidate passed the gate ({len(failures)} rejected; last: "
+            who = f"{start} (the starting candidate)" if last.proposer == "start" else \
+                f"#{last.id} by {last.proposer}"
+            error = (f"no candidate passed the gate ({len(failures)} rejected; last: {who}: "
                      f"{last.rule}: {last.reason})")
         else:
-            error = ("no candidate to evaluate: no starting NAME.new.py and no proposer "
+            error = (f"no candidate to evaluate: no starting {start} and no proposer "
                      f"({', '.join(self.limits.proposers) or 'none'}) produced one")
         return Outcome("failed", stop_reason=reason, error=_one_line(error))
 

@@ -22,8 +22,9 @@ from typing import Any
 from kernelabd import __version__
 from kernelabd.client import ensure_home, pid_alive
 from kernelabd.config import Config
+from kernelabd.harness.problem import one_line
 from kernelabd.service.devices import Device, discover, sample
-from kernelabd.service.inbox import Inbox, take_ready
+from kernelabd.service.inbox import Inbox, quarantine, take_ready
 from kernelabd.service.notify import Notifier
 from kernelabd.service.recorder import LocalRecorder
 from kernelabd.service.scheduler import Scheduler
@@ -104,6 +105,7 @@ class Daemon:
                       rescan_s=self.config.daemon.rescan_s,
                       polling=self.config.daemon.polling_observer)
         inbox.start()
+        quarantine(inbox, store)
         store.event("daemon.started", f"pid {os.getpid()}, devices "
                     f"{', '.join(d.id for d in self.devices)}, home {self.home.root}, "
                     f"sqlite {sqlite3.sqlite_version}")
@@ -111,15 +113,35 @@ class Daemon:
         self.beat(store, scheduler, force=True)
         try:
             self.loop(store, inbox, scheduler)
-        finally:
-            self.notifier.stopping()
-            scheduler.shutdown()
-            inbox.stop()
-            store.heartbeat(os.getpid(), socket.gethostname(), __version__, "stopped",
-                            self.started_at)
-            store.event("daemon.stopped", "clean shutdown")
-            conn.close()
+        except BaseException as exc:
+            self.crashed(store, inbox, scheduler, exc)
+            raise
+        self.stop(store, inbox, scheduler, None)
+        conn.close()
         return 0
+
+    def stop(self, store: Store, inbox: Inbox, scheduler: Scheduler,
+             crash: BaseException | None) -> None:
+        """Stop the workers (their jobs go back to the queue) and the watcher, and say how the
+        daemon ended: "clean shutdown" only when it was asked to stop."""
+        self.notifier.stopping()
+        try:
+            scheduler.shutdown()
+        finally:
+            inbox.stop()
+        store.heartbeat(os.getpid(), socket.gethostname(), __version__, "stopped", self.started_at)
+        if crash is None:
+            store.event("daemon.stopped", "clean shutdown")
+        else:
+            store.event("daemon.crashed", one_line(crash), level="error")
+
+    def crashed(self, store: Store, inbox: Inbox, scheduler: Scheduler, crash: BaseException) -> None:
+        """Stop as well as a crash allows; when the database is what failed (a full disk), the
+        crash is still logged, as ``daemon.crashed``, before the exception ends the process."""
+        try:
+            self.stop(store, inbox, scheduler, crash)
+        except Exception as exc:
+            log.error("daemon.crashed", extra={"detail": f"{one_line(crash)}; while stopping: {one_line(exc)}"})
 
     def scheduler(self, store: Store) -> Scheduler:
         """This box's devices (``[cluster] backend = "local"``) or a Ray cluster's."""

@@ -91,7 +91,7 @@ def test_json_for_bad_reference(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sidecar,cause", [
     ("tolerence = 1e-3\n", "unknown key(s): tolerence"),
-    ("tf32 = 'yes'\n", "tf32 has the wrong type"),
+    ("tf32 = 'yes'\n", "tf32 must be true or false, got 'yes'"),
     ("variants = ['base', 'weird']\n", "variants must be"),
     ("[sizes\n", "TOMLDecodeError"),
 ])

@@ -201,3 +201,27 @@ def test_a_candidate_that_would_end_past_max_minutes_is_not_started(home, kit):
     assert len(store.candidates(loop.job_id)) == 1, "the tuner had more to offer"
     assert "would pass during the next candidate" in outcome.stop_reason
     assert loop.active_s <= loop.limits.max_minutes * 60
+
+
+@pytest.mark.parametrize("data, cause", [
+    (b"", "softmax.new.py: missing ModelNew (a candidate defines ModelNew)"),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe", "softmax.new.py:1: syntax error: invalid character '\ufffd' (U+FFFD)"),
+    (b"\x7fELF\x02\x01\x00\x00", "softmax.new.py: syntax error: source code string cannot contain null bytes"),
+    (b"class ModelNew(:\n", "softmax.new.py:1: syntax error: "),
+    (b"import torch\nclass Model(torch.nn.Module):\n    pass\n", "softmax.new.py: missing ModelNew"),
+], ids=["empty", "not_utf8", "null_bytes", "syntax_error", "no_modelnew"])
+def test_a_malformed_starting_candidate_is_its_own_recorded_gate_failure(home, kit, tmp_path, data, cause):
+    """Not passed over for a proposer's candidate: the dropped file, as read by the inbox, is
+    candidate #1, refused by rule bad_candidate with its reason, and the job's error says so."""
+    from kernelabd.service.inbox import read_problem
+
+    (tmp_path / "softmax.py").write_text((kit.examples / "softmax.py").read_text())
+    (tmp_path / "softmax.new.py").write_bytes(data)
+    loop, store = loop_for(home, read_problem(tmp_path / "softmax.py"), {"proposers": ["tune"]})
+    outcome = loop.run()
+    (row,) = store.candidates(loop.job_id)
+    assert (row["proposer"], row["verdict"], row["rule"]) == ("start", "error", "bad_candidate")
+    assert row["reason"].startswith(cause) and "\n" not in row["reason"]
+    assert outcome.state == "failed"
+    assert outcome.error.startswith("no candidate passed the gate (1 rejected; last: softmax.new.py "
+                                    "(the starting candidate): bad_candidate: softmax.new.py")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -230,3 +233,51 @@ def test_a_worker_killed_while_it_is_still_starting_dies_at_once(tmp_path):
     worker.kill()
     assert time.monotonic() - started < JOIN_S / 2
     assert process is not None and not process.is_alive()
+
+
+def test_a_file_the_daemon_died_on_is_quarantined_at_the_next_start_never_retried(kit):
+    """The daemon is killed while it reads a file (as the OOM killer or a watchdog would): the
+    next start moves that file to inbox/.rejected/ with a reason, records it, and serves on."""
+    daemon = kit.daemon()
+    kit.wait_for(lambda: kit.home.db.exists() and kit.status()["devices"], 60, "the daemon")
+    marker = kit.home.inbox / ".kernelab-taking"
+    body = "x = [" + "1," * 480_000 + "]\n"            # just under 1 MiB: seconds to parse
+    (kit.home.inbox / "slow.py").write_text("class Model: pass\ndef get_inputs(): return []\n"
+                                            "def get_init_inputs(): return []\n" + body)
+    kit.wait_for(marker.exists, 60, "the daemon to start reading slow.py", step=0.002)
+    daemon.stop(signal.SIGKILL)
+    assert "slow.py" in marker.read_text()
+    again = kit.daemon()
+    (kit.home.inbox / "broken.py").write_text("class Model(:\n")
+    kit.wait_for(lambda: kit.job_of("broken.py"), 60, "the restarted daemon to serve on")
+    (folder,) = (kit.home.inbox / ".rejected").iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["reason.txt", "slow.py"]
+    reason = (folder / "reason.txt").read_text().strip()
+    assert reason.startswith(f"slow.py: the daemon (pid {daemon.proc.pid}) died while reading it at ")
+    conn = db(kit)
+    try:
+        quarantined = [r[0] for r in conn.execute("SELECT message FROM events WHERE kind = 'inbox.quarantined'")]
+    finally:
+        conn.close()
+    assert quarantined == [reason]
+    assert kit.job_of("slow.py") is None and not marker.exists()
+    assert again.stop() == 0
+
+
+def test_a_crash_is_recorded_as_a_crash_never_as_a_clean_shutdown(kit):
+    """A full disk (here: a file-size limit the database's log reaches) stops the daemon with a
+    non-zero status and ``daemon.crashed`` in its log, not "clean shutdown"."""
+    connect(kit.home.db).close()          # the schema exists before the limit applies
+    limit = kit.home.db.stat().st_size + 16 * 1024
+
+    def full_disk_soon() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG, as on a full disk, not a signal
+
+    proc = subprocess.run([sys.executable, "-m", "kernelabd", "daemon", "--home", str(kit.home.root),
+                           "--device", "cpu"], capture_output=True, text=True, timeout=180,
+                          preexec_fn=full_disk_soon)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "event=daemon.crashed" in output and "OperationalError: disk I/O error" in output
+    assert "clean shutdown" not in output
