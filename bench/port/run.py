@@ -575,6 +575,8 @@ def worker_command(name: str, args: argparse.Namespace, port_timeout_s: float) -
            "--max-candidates", str(args.max_candidates), "--port-timeout-s", repr(port_timeout_s),
            "--rounds", str(args.rounds), "--reps", str(args.reps), "--warmup", str(args.warmup),
            "--max-timing-s", repr(args.max_timing_s), "--via", args.via, "--compile-modes", *args.compile_modes]
+    if args.problems is not None:
+        cmd += ["--problems", str(args.problems)]
     for flag, value in (("--patience", args.patience), ("--timing-budget-s", args.timing_budget_s),
                         ("--min-pairs", args.min_pairs)):
         if value is not None:
@@ -1008,6 +1010,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="results folder (results.jsonl, table.md, logs)")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="problems to run (default: all)")
+    ap.add_argument("--problems", type=Path, help="folder of references (default bench/port/problems), "
+                    "e.g. bench/coverage/kernelbench/level1 for KernelBench's own files")
     ap.add_argument("--group", nargs="+", choices=sorted(GROUPS), help="predefined group(s) of problems")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--via", choices=["port", "inbox"], default="port",
@@ -1074,7 +1078,9 @@ def select(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global PROBLEMS
     args = parse_args(argv)
+    PROBLEMS = (args.problems or PROBLEMS).resolve()
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"        # kernelab's best.py runs in the interpreter
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
