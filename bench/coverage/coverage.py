@@ -4,6 +4,7 @@ does where none does: the table in ``bench/coverage/README.md``.
     python3 bench/coverage/coverage.py                      # levels 1 and 2, prints the table
     python3 bench/coverage/coverage.py --write              # and rewrites README.md's table
     python3 bench/coverage/coverage.py --levels 2 --only Conv --json raw.json
+    python3 bench/coverage/coverage.py --rows raw.json --write   # the table again, from saved rows
 
 Runs on a CPU in a few minutes: each problem is recognised exactly as a job's proposer does it
 (``recognise.answer``: the reference built and traced on the meta device at KernelBench's own
@@ -80,7 +81,7 @@ def row(level: int, path: Path, answer: dict[str, Any]) -> dict[str, Any]:
 
 def family(edit: str) -> str:
     """``template: softmax (fused, one pass)`` → ``softmax``: the template a row names."""
-    text = edit.removeprefix("template: ")
+    text = re.sub(r"elementwise chain of \d+ ops", "elementwise chain", edit.removeprefix("template: "))
     return re.split(r" \(| over | with | as |;", text)[0]
 
 
@@ -126,17 +127,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds a problem")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     parser.add_argument("--write", action="store_true", help=f"rewrite the table in {README.name}")
+    parser.add_argument("--rows", type=Path, help="make the table from rows --json wrote, recognising nothing")
     args = parser.parse_args()
     start = time.monotonic()
-    rows = []
-    for level, path in problems(args.levels, args.only):
+    saved = json.loads(args.rows.read_text()) if args.rows else {"rows": [], "seconds": 0.0}
+    rows = saved["rows"]
+    for level, path in [] if args.rows else problems(args.levels, args.only):
         rows.append(row(level, path, recognise_one(path.read_text(), args.timeout)))
         r = rows[-1]
         print(f"{level} {path.stem[:60]:60s} {r['template'] or 'none: ' + (r['op'] or r['reason'] or '')}"[:160],
               file=sys.stderr, flush=True)
-    table = markdown(rows, time.monotonic() - start)
+    seconds = saved["seconds"] if args.rows else time.monotonic() - start
+    table = markdown(rows, seconds)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"seconds": seconds, "rows": rows}, indent=1))
     if args.write:
         text = README.read_text()
         head, tail = text.split(BEGIN)[0], text.split(END)[1]

@@ -134,7 +134,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             p = r["ports"].get(mode)
             if not p:
                 return "; ".join(r.get("errors", {}).values()) or "—"
-            text = p.get("declined") or f"{p.get('verdict')}: {p.get('reason') or ''}"
+            text = p.get("declined") or ": ".join(filter(None, [p.get("verdict"), p.get("reason")]))
             return text.replace("|", "\\|")[:90] + f" ({p.get('s')} s)"
 
         cells = [r["problem"], *(f"{ms[k]:.4g}" if k in ms else "—" for k in
