@@ -32,17 +32,21 @@ print(json.dumps({**sizes, "bytes": sum(sizes.values())}))
 """
 
 
+def meta_bytes(path: Path) -> dict:
+    """One problem's bytes, from a subprocess of its own (its code is the problem's)."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True,
+                              timeout=120)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+        return {"error": "no meta run (see the sweep's own row)"}
+
+
 def main() -> None:
     found = {}
     for path in sorted(PROBLEMS.glob("level[12]/*.py")):
-        key = f"{path.parent.name}/{path.name}"
-        try:
-            proc = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True,
-                                  timeout=120)
-            found[key] = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
-            found[key] = {"error": "no meta run (see the sweep's own row)"}
-        print(key, found[key], flush=True)
+        found[f"{path.parent.name}/{path.name}"] = meta_bytes(path)
+        print(path.name, found[f"{path.parent.name}/{path.name}"], flush=True)
     Path(__file__).with_name("sizes.json").write_text(json.dumps(found, indent=1, sort_keys=True))
 
 

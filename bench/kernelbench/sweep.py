@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 PROBLEMS = ROOT / "bench" / "coverage" / "kernelbench"
 SIZES = Path(__file__).with_name("sizes.json")
 GiB = 1 << 30
@@ -32,7 +33,16 @@ GiB = 1 << 30
 
 def problems(only: list[str]) -> list[Path]:
     found = sorted(PROBLEMS.glob("level1/*.py")) + sorted(PROBLEMS.glob("level2/*.py"))
-    return [p for p in found if not only or any(o in p.stem for o in only)]
+    return [p for p in found if not only or any(o in f"{p.parent.name}/{p.stem}" for o in only)]
+
+
+def measure_sizes(paths: list[Path], parallel: int) -> dict:
+    """Each problem's bytes on the meta device (``sizes.py``), many at once: a few seconds each."""
+    from bench.kernelbench.sizes import meta_bytes
+
+    with ThreadPoolExecutor(parallel) as pool:
+        found = list(pool.map(meta_bytes, paths))
+    return {f"{p.parent.name}/{p.name}": f for p, f in zip(paths, found, strict=True)}
 
 
 def size_of(path: Path, sizes: dict) -> float:
@@ -82,8 +92,9 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     home = args.out / "home"
-    sizes = json.loads(SIZES.read_text()) if SIZES.exists() else {}
     todo = problems(args.only)
+    sizes = json.loads(SIZES.read_text()) if SIZES.exists() else measure_sizes(todo, args.parallel * 2)
+    (args.out / "sizes.json").write_text(json.dumps(sizes, indent=1, sort_keys=True))
     big = [p for p in todo if size_of(p, sizes) >= args.big_gib]
     small = [p for p in todo if p not in big]
     rows_path = args.out / "rows.jsonl"
