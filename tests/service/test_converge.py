@@ -96,7 +96,7 @@ def test_a_proposer_that_declines_says_why_once(home):
     assert outcome.state == "failed" and "no candidate to evaluate" in outcome.error
     declined = [r[0] for r in store.conn.execute(
         "SELECT message FROM events WHERE kind = 'proposer.declined'")]
-    assert declined == ["template: no template matches the reference's graph"]
+    assert len(declined) == 1 and declined[0].startswith("template: no template matches the reference's graph")
 
 
 def test_reference_failing_at_run_time_makes_the_job_invalid(home):
@@ -174,7 +174,7 @@ def test_prestarted_sandboxes_serve_the_next_evaluation_and_none_outlive_the_job
     outcome = loop.run()
     assert outcome.state == "done", outcome.error
     rows = store.candidates(loop.job_id)
-    assert len(rows) == 2 and all(r["verdict"] == "pass" for r in rows)
+    assert len(rows) == 2 and all(r["verdict"] == "pass" for r in rows), [(r["rule"], r["reason"]) for r in rows]
     assert len(made) == 4, "the job's reference, and one spare started as each candidate took the last"
     assert list(sandboxes.glob("kernelab-*")) == [], "every sandbox, used or spare, is gone with the job"
 
