@@ -13,14 +13,13 @@ import json
 import math
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from kernelabd.config import Config
-from kernelabd.harness.problem import ProblemError, load_problem, validate_candidate
+from kernelabd.harness.problem import ProblemError, load_problem, parse_sidecar, validate_candidate
 from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import SandboxSpec
 from kernelabd.harness.session import Rejected, Session
@@ -103,14 +102,14 @@ class Limits:
 
 
 def _sidecar_proposers(sidecar: str | None) -> list[str] | None:
-    """``proposers`` of a recorded sidecar (checked when the problem was read)."""
+    """``proposers`` of a recorded sidecar, parsed as every sidecar is (it was checked when the
+    problem was read; a sidecar that no longer parses names none)."""
     if not sidecar:
         return None
     try:
-        value = tomllib.loads(sidecar).get("proposers")
-    except tomllib.TOMLDecodeError:
+        return parse_sidecar(sidecar, "NAME.toml").proposers
+    except ProblemError:
         return None
-    return value if isinstance(value, list) else None
 
 
 def stop_reason(limits: Limits, history: list[Candidate], active_s: float,
