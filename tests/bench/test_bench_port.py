@@ -177,9 +177,12 @@ def sm90(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
 
 def test_every_template_seed_compiles_for_the_h200_without_spilling(tmp_path):
     """What the interpreter cannot say: each seed compiles for sm_90 through ptxas, and no
-    kernel spills under register pressure or overflows shared memory at the GPU sizes."""
+    kernel spills under register pressure or overflows shared memory at the GPU sizes. A problem
+    no template matches yet (a reference the matchers do not recognise) has no seed to compile."""
     code, rows = sm90(tmp_path)
-    assert {r["problem"] for r in rows} == {p.stem for p in PROBLEMS}
+    declined = json.loads((tmp_path / "declined.json").read_text())
+    assert {r["problem"] for r in rows} | set(declined) == {p.stem for p in PROBLEMS}
+    assert len({r["problem"] for r in rows}) >= 20, f"seeds for most of the suite; declined: {declined}"
     assert [r for r in rows if r["problems"]] == []
     assert code == 0
     assert all(r["registers"] > 0 for r in rows)

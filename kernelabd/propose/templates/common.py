@@ -53,6 +53,14 @@ def _operand(t: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
     return t, t.numel()
 '''
 
+SMS_HELPER = '''
+
+def _sms(x: torch.Tensor) -> int:
+    """SMs of the GPU (persistent launches run a few programs an SM); on a CPU (the
+    interpreter) a few programs, so that their loops run more than once there too."""
+    return torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 3
+'''
+
 
 @dataclass
 class Chain:
@@ -109,8 +117,17 @@ def _dot(a, b, precision: tl.constexpr):
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return tl.dot(a, b, input_precision=precision)
+
+
+@triton.jit
+def _dot_acc(a, b, acc, precision: tl.constexpr):
+    if INTERPRETED:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=precision)
 '''
-"""Every template's matrix products go through ``_dot``."""
+"""Every template's matrix products go through ``_dot``, or ``_dot_acc`` where the product
+accumulates into ``acc`` in place (a ``wgmma`` with its accumulator in registers)."""
 
 
 def resources(tiles: dict[str, list[list[str]]], precision: str) -> dict[str, Any]:
