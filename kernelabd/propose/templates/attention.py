@@ -37,6 +37,15 @@ HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 """fp16/bf16 operands start at the tile Triton's flash-attention tutorial uses on Hopper for a
 128-wide head; fp32 ones keep the smaller tile, whose dots hold more in registers (figures:
 bench/port/README.md, "Template seeds")."""
+SM90_STARTS: dict[str, list[dict[str, int]]] = {
+    "half": [HALF_START, {**HALF_START, "BLOCK_N": 128}, {**HALF_START, "num_stages": 4},
+             {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}],
+    "fp32": [TUNE_START, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}],
+}
+"""Known-good starting configurations on sm_90, best first, the seed first: for half precision
+the variants measured on the H200 beside the seed (128-wide key blocks 0.576 ms against 0.577,
+4 stages 0.578: bench/port/README.md), then a smaller tile for short sequences and 64-wide
+heads. Each dict sets every tunable."""
 
 AS_4D = '''
 
@@ -191,7 +200,8 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
     source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START) + common.DOT_HELPER + AS_4D
+              + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START)
+              + f"STARTS = {SM90_STARTS['half' if op.half else 'fp32']!r}\n" + common.DOT_HELPER + AS_4D
               + (SDPA_OUTPUT if op.sdpa else "")
               + kernel(op.precision) + launcher(op.sdpa)
               + common.model_class(init, forward(op, signature)))
