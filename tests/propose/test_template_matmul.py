@@ -32,10 +32,14 @@ PATHS = [
     {"TMA": 1, "PERSISTENT": 0, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
     {"TMA": 1, "WARP_SPECIALIZE": 1, "num_warps": 4, "GROUP_M": 1},
     {"TMA": 0, "SPLIT_K": 2, "BLOCK_K": 16, "PERSISTENT": 0},
+    {"TMA": 1, "SUBTILE": 1, "TMA_STORE": 1},
+    {"TMA": 0, "SUBTILE": 1},
+    {"SUBTILE": 0},
 ]
 """The load paths and schedules a tuner may pick: descriptors or pointers, a descriptor store,
 K split in three (one slice shorter than the others), one program a tile with tiles smaller than
-the output, warp specialisation; M and N never whole tiles."""
+the output, warp specialisation, the epilogue on half tiles or whole; M and N never whole
+tiles."""
 
 
 def mm_reference(dtype: str, m: int, k: int, n: int) -> str:
@@ -55,6 +59,7 @@ def test_descriptor_and_pointer_paths_give_the_product(tmp_path, dtype):
         assert run.launched("splitk_kernel") == (run.settings.get("SPLIT_K", 1) > 1), run.settings
     assert runs[2].launched("matmul_kernel", TMA_STORE=True)
     assert runs[5].launched("matmul_kernel", WARP_SPECIALIZE=True, FLATTEN=False)
+    assert runs[7].launched("matmul_kernel", TMA_STORE=True, SUBTILE=1)
     if dtype != "float32":
         assert runs[0].launched("matmul_kernel", B_KMAJOR=False), "B read N-major, as given"
 
@@ -69,15 +74,16 @@ def test_linear_epilogue_holds_on_every_path_split_or_not(tmp_path):
                        init_values="48, 40")
     runs = sweep(tmp_path, source, [48, 40], [[2, 19, 48], [2, 19, 40]], PATHS, "bfloat16")
     assert_accurate(runs, "bfloat16")
-    assert runs[0].launched("matmul_kernel", TMA=True, B_KMAJOR=True)
+    assert runs[0].launched("matmul_kernel", TMA=True, B_KMAJOR=True, SUBTILE=1), "operands: half tiles"
     assert runs[3].launched("splitk_kernel") and runs[3].launched("matmul_kernel", SPLIT_K=3)
 
 
 def test_operands_a_descriptor_cannot_address_fall_back_to_pointers_or_pack(tmp_path):
-    """K = 45 in fp16: 90-byte rows are not 16-byte aligned, so the seed's TMA = 1 reads them
-    through pointers (masked in K); packing pads K to 48, after which descriptors apply."""
+    """K = 45 in fp16: 90-byte rows are not 16-byte aligned. Unpacked (``PACK = 0``), ``TMA = 1``
+    reads them through pointers (masked in K); the seed (``PACK = 2``) pads K to 48 for this
+    call only, after which descriptors apply, as they do when packing always (``PACK = 1``)."""
     runs = sweep(tmp_path, mm_reference("float16", 21, 45, 40), [], [[21, 45], [45, 40]],
-                 [{}, {"PACK": 1}, {"PACK": 1, "SPLIT_K": 2, "BLOCK_K": 16}], "float16")
+                 [{"PACK": 0}, {}, {"PACK": 1, "SPLIT_K": 2, "BLOCK_K": 16}], "float16")
     assert_accurate(runs, "float16")
     assert runs[0].launched("matmul_kernel", TMA=False, EVEN_K=False)
     assert runs[1].launched("matmul_kernel", TMA=True) and runs[2].launched("splitk_kernel")

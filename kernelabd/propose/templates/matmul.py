@@ -35,40 +35,43 @@ from kernelabd.propose.tune import SMEM_PER_PROGRAM
 TUNE_VALUES = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                "GROUP_M": [1, 8, 16], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "TMA": [0, 1],
                "PERSISTENT": [0, 1], "WARP_SPECIALIZE": [0, 1], "TMA_STORE": [0, 1],
-               "SPLIT_K": [0, 1, 2, 4, 8, 16, 32], "PACK": [0, 1]}
+               "SPLIT_K": [0, 1, 2, 4, 8, 16, 32], "PACK": [0, 1, 2], "SUBTILE": [0, 1]}
 """``TMA``: descriptor loads where the operands allow them (else pointer loads); ``PERSISTENT``:
 a program an SM looping over tiles (0: a program a tile); ``WARP_SPECIALIZE``: a producer warp
 group issues the copies and the others the products (Triton's Hopper warp specialisation, which
 takes effect at 4 warps: at 8, Triton 3.6 and 3.8 emit the plain pipeline); ``TMA_STORE``: the
 output tile leaves through a descriptor too, where its rows are 16-byte aligned and shared
-memory allows; ``SPLIT_K``: 0 chooses at run time."""
+memory allows; ``SPLIT_K``: 0 chooses at run time; ``PACK``: copy both operands K-major with K
+padded (1: always, as TF32 dots need; 2: only when a descriptor cannot read them as given, so
+that an odd K or N keeps the descriptor path rather than pointer loads, which spill at these
+tiles); ``SUBTILE``: the epilogue on half a tile at a time (``_subtiled``)."""
 
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
     "half": [
         {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 1,
-         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0},
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 2, "SUBTILE": 0},
         {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 1,
-         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 1, "SPLIT_K": 0, "PACK": 0},
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 1, "SPLIT_K": 0, "PACK": 2, "SUBTILE": 0},
         {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4, "TMA": 1,
-         "PERSISTENT": 1, "WARP_SPECIALIZE": 1, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0},
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 1, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 2, "SUBTILE": 0},
         {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
-         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0},
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0, "SUBTILE": 0},
     ],
     "tf32x3": [
         {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
-         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1},
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
         {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "TMA": 1,
-         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1},
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
     ],
     "tf32": [
         {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 1,
-         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1},
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
         {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
-         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1},
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
     ],
     "ieee": [
         {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
-         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0},
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0, "SUBTILE": 0},
     ],
 }
 """Known-good starting configurations on sm_90 per kind of dot (``dots_kind``), best first; the
@@ -105,9 +108,17 @@ def _k_major(t: torch.Tensor, k_padded: int) -> torch.Tensor:
     if k_padded > k:
         out[:, k:].zero_()
     return out
+
+
+def _pack(a: torch.Tensor, b_nk: torch.Tensor, K: int) -> tuple:
+    """(a, b, sbk, sbn, K) with both operands K-major and K padded to a multiple of 16."""
+    K = triton.cdiv(K, 16) * 16
+    a, b = _k_major(a, K), _k_major(b_nk, K)
+    return a, b, b.stride(1), b.stride(0), K
 '''
 """``PACK = 1``: both operands go through ``_k_major`` first, since TF32 dots run far faster on
-K-major operands than the copy costs (figures: bench/port/README.md, "Template seeds")."""
+K-major operands than the copy costs (figures: bench/port/README.md, "Template seeds");
+``PACK = 2``: only when a descriptor could not read them otherwise."""
 
 PLAN_HELPER = f'''
 
@@ -123,6 +134,16 @@ def _major(t: torch.Tensor, s_rows: int, s_k: int) -> int | None:
     if s_rows == 1 and s_k * size % 16 == 0:
         return 0
     return None
+
+
+def _addressable(a: torch.Tensor, b: torch.Tensor, sbk: int, sbn: int) -> bool:
+    """Whether descriptors can read ``a`` (K-major) and ``b`` (logical (K, N) strides) as given."""
+    return _major(a, a.stride(0), a.stride(1)) == 1 and _major(b, sbn, sbk) is not None
+
+
+def _index_64(M: int, N: int) -> bool:
+    """Whether the output's flat indices pass a 32-bit int."""
+    return M * N >= 2 ** 31
 
 
 def _split_k(tiles: int, k_tiles: int, programs: int) -> int:
@@ -161,13 +182,14 @@ def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     programs = _sms(a)
     split = _split_k(tiles, triton.cdiv(K, BLOCK_K), programs) if splits else 1
-    smem = (num_stages * (bm + len(bs) * bn) * BLOCK_K + bm * bn) * size
+    smem = (num_stages * (bm + len(bs) * bn) * BLOCK_K + bm * bn // (1 + SUBTILE)) * size
     if tma and a.is_cuda:
         triton.set_allocator(_scratch)
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K=K % BLOCK_K == 0, TMA=tma,
+                INDEX_64=_index_64(M, N),
                 B_KMAJOR=b_major == 1,
                 TMA_STORE=tma and bool(TMA_STORE) and split == 1 and N * size % 16 == 0 and smem <= {SMEM_PER_PROGRAM},
-                FLATTEN=not WARP_SPECIALIZE, WARP_SPECIALIZE=bool(WARP_SPECIALIZE) and tma,
+                FLATTEN=not WARP_SPECIALIZE, WARP_SPECIALIZE=bool(WARP_SPECIALIZE) and tma, SUBTILE=SUBTILE,
                 num_warps=num_warps, num_stages=num_stages)
     items = tiles * split
     return (min(items, programs) if PERSISTENT else items,), split, meta
@@ -185,7 +207,8 @@ with the dots' precision (``common.resources``), which decides the register limi
 
 CONSTEXPRS = ["BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr",
               "EVEN_K: tl.constexpr, TMA: tl.constexpr, B_KMAJOR: tl.constexpr",
-              "TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr"]
+              "TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, INDEX_64: tl.constexpr",
+              "SUBTILE: tl.constexpr"]
 
 
 @dataclass(frozen=True)
@@ -213,7 +236,7 @@ def _descriptors(bs: list[Operand], store: str) -> str:
                   "block_shape=[BLOCK_K, BLOCK_N])"]
     lines += ["    if TMA_STORE:",
               f"        c_desc = tl.make_tensor_descriptor({store}, shape=[M, N], strides=[N, 1], "
-              "block_shape=[BLOCK_M, BLOCK_N])"]
+              "block_shape=[BLOCK_M, BLOCK_N // (1 + SUBTILE)])"]
     return "".join(f"    {line}\n" for line in lines)
 
 
@@ -266,11 +289,17 @@ k_hi = tl.minimum(k_lo + k_slice, k_tiles)"""
 so programs running at once touch few distinct A and B blocks (L2 reuse). A work item is a
 tile and a K slice (``split``); slices of one tile are ``tiles`` items apart."""
 
-OUTPUT_INDEX = """\
-rm = m0 + tl.arange(0, BLOCK_M)
-rn = n0 + tl.arange(0, BLOCK_N)
-cmask = (rm[:, None] < M) & (rn[None, :] < N)
-offs = rm[:, None].to(tl.int64) * N + rn[None, :]"""
+def output_index(n0: str, width: str) -> list[str]:
+    """The output (sub)tile's rows, columns, mask and flat indices: 64-bit only for outputs past
+    2³¹ elements (a 64-bit index, and the epilogue operands' ``% n`` on it, cost the 3xTF32 tile
+    24 bytes of spills)."""
+    return ["rm = m0 + tl.arange(0, BLOCK_M)",
+            f"rn = {n0} + tl.arange(0, {width})",
+            "cmask = (rm[:, None] < M) & (rn[None, :] < N)",
+            "if INDEX_64:",
+            "    offs = rm[:, None].to(tl.int64) * N + rn[None, :]",
+            "else:",
+            "    offs = rm[:, None] * N + rn[None, :]"]
 
 
 def _epilogue(epilogue: common.Chain) -> list[str]:
@@ -280,9 +309,23 @@ def _epilogue(epilogue: common.Chain) -> list[str]:
 
 def _store(result: str) -> list[str]:
     return ["if TMA_STORE:",
-            f"    c_desc.store([m0, n0], ({result}).to(c_ptr.dtype.element_ty))",
+            f"    c_desc.store([m0, nb], ({result}).to(c_ptr.dtype.element_ty))",
             "else:",
             f"    tl.store(c_ptr + offs, {result}, mask=cmask)"]
+
+
+def _subtiled(accs: list[str], finish: list[str]) -> list[str]:
+    """``finish`` on the whole tile, or (``SUBTILE``) on each half of its columns in turn, so
+    that the epilogue's operands and results for only half a tile are live at once: a 128×256
+    tile with a residual operand spilled 424 bytes a thread whole."""
+    def half(part: str, nb: str) -> list[str]:
+        return [*(f"{acc} = {acc}_{part}" for acc in accs), f"nb = {nb}", *output_index("nb", "BLOCK_N // 2"),
+                *finish]
+    split = [f"{acc}_lo, {acc}_hi = tl.split(tl.permute(tl.reshape({acc}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))"
+             for acc in accs]
+    whole = ["nb = n0", *output_index("nb", "BLOCK_N"), *finish]
+    return ["if SUBTILE:", *(f"    {line}" for line in split + half("lo", "n0") + half("hi", "n0 + BLOCK_N // 2")),
+            "else:", *(f"    {line}" for line in whole)]
 
 
 def _indent(lines: list[str], depth: int) -> str:
@@ -302,14 +345,14 @@ def tile_kernel(name: str, args: str, bs: list[Operand], accs: list[str], finish
             *[f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for acc in accs],
             "if not TMA:", *[f"    {line}" for line in _pointer_setup(bs)],
             "for kt in tl.range(k_lo, k_hi, warp_specialize=WARP_SPECIALIZE):",
-            *[f"    {line}" for line in _loads(bs) + dots],
-            *OUTPUT_INDEX.splitlines()]
+            *[f"    {line}" for line in _loads(bs) + dots]]
     if split:
-        body += ["if SPLIT_K > 1:",
-                 f"    tl.store(ws_ptr + (item // tiles).to(tl.int64) * M * N + offs, {accs[0]}, mask=cmask)",
-                 "else:", *[f"    {line}" for line in finish]]
+        partial = [*output_index("n0", "BLOCK_N"),
+                   f"tl.store(ws_ptr + (item // tiles).to(tl.int64) * M * N + offs, {accs[0]}, mask=cmask)"]
+        body += ["if SPLIT_K > 1:", *(f"    {line}" for line in partial),
+                 "else:", *(f"    {line}" for line in _subtiled(accs, finish))]
     else:
-        body += finish
+        body += _subtiled(accs, finish)
     pad = " " * (len(name) + 5)
     constexprs = f",\n{pad}".join(CONSTEXPRS + (["SPLIT_K: tl.constexpr"] if split else []))
     return (f"\n\n@triton.jit\ndef {name}({args},\n{pad}{constexprs}):\n"
@@ -328,13 +371,14 @@ def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
 def splitk_kernel(epilogue: common.Chain) -> str:
     """The sum of a split product's fp32 partials, slice by slice in a fixed order, then the
     epilogue and the store: a memory-bound pass over ``SPLIT_K × M × N`` floats."""
-    lines = ["m0 = tl.program_id(0) * BLOCK_M", "n0 = tl.program_id(1) * BLOCK_N", *OUTPUT_INDEX.splitlines(),
+    lines = ["m0 = tl.program_id(0) * BLOCK_M", "n0 = tl.program_id(1) * BLOCK_N", *output_index("n0", "BLOCK_N"),
              "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
              "for s in range(SPLIT_K):",
-             "    acc += tl.load(ws_ptr + s * M * N + offs, mask=cmask, other=0.0)",
+             "    acc += tl.load(ws_ptr + (s * M).to(tl.int64) * N + offs, mask=cmask, other=0.0)",
              *_epilogue(epilogue), f"tl.store(c_ptr + offs, {epilogue.result or 'acc'}, mask=cmask)"]
     return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()}, "
-            "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n" + _indent(lines, 1))
+            "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,\n                  INDEX_64: tl.constexpr):\n"
+            + _indent(lines, 1))
 
 
 SPLITK_TILE = (32, 128)
@@ -376,7 +420,8 @@ def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue):
     matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(0), a.stride(1), sbk, sbn, *epilogue, SPLIT_K=split, **meta)
     if split > 1:
         grid = (triton.cdiv(M, {SPLITK_TILE[0]}), triton.cdiv(N, {SPLITK_TILE[1]}))
-        splitk_kernel[grid](ws, c, M, N, split, *epilogue, BLOCK_M={SPLITK_TILE[0]}, BLOCK_N={SPLITK_TILE[1]})
+        splitk_kernel[grid](ws, c, M, N, split, *epilogue, BLOCK_M={SPLITK_TILE[0]}, BLOCK_N={SPLITK_TILE[1]},
+                            INDEX_64=_index_64(M, N))
     return c
 '''
 
@@ -397,29 +442,29 @@ def {name}(self, {signature}):
     N = {n}
     shape = torch.Size((*{op.a}.shape[:-1], N))
     b, sbk, sbn = {op.b}, {_strides(op.b, op.transposed)}
-    if PACK:
-        K = triton.cdiv(K, 16) * 16
-        a, b = _k_major(a, K), _k_major({b_nk}, K)
-        sbk, sbn = b.stride(1), b.stride(0)
+    if PACK == 1 or (PACK == 2 and TMA and not _addressable(a, b, sbk, sbn)):
+        a, b, sbk, sbn, K = _pack(a, {b_nk}, K)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)})
     return c.reshape(shape)
 '''
 
 
-def _starts(kind: str, values: dict[str, list[int]], extra: dict[str, int] | None = None) -> str:
-    """``STARTS``: the known-good configurations for these dots, restricted to the candidate's
-    tunables (what the screening batch and the tuner start from)."""
-    starts = [{k: v for k, v in {**s, **(extra or {})}.items() if k in values} for s in SM90_STARTS[kind]]
-    return f"STARTS = {starts!r}\n"
+def configurations(op: Matmul) -> list[dict[str, int]]:
+    """The known-good starts for this product, the seed first: ``SM90_STARTS`` of its dots, with
+    the epilogue subtiled when it reads tensor operands (whole, a 128×256 tile with a residual
+    spilled)."""
+    return [{**s, "SUBTILE": int(bool(op.epilogue.tensors))} for s in SM90_STARTS[dots_kind(op.precision, op.half)]]
 
 
 def _matmul_source(op: Matmul, doc: str, imports: list[str], values: dict[str, list[int]],
-                   seed: dict[str, int], extra: str, kernels: str, model: str) -> str:
+                   extra_values: dict[str, int], extra: str, kernels: str, model: str) -> str:
+    """The candidate: ``values`` declared, set to the first configuration (with
+    ``extra_values``, a composed template's own), ``STARTS`` listing them all."""
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
-    kind = dots_kind(op.precision, op.half)
-    return (common.header(doc, imports) + common.tunables(values, seed, common.resources(RESOURCES, op.precision))
-            + _starts(kind, values, {k: v for k, v in seed.items() if k not in TUNE_VALUES}) + extra
+    starts = [{**s, **extra_values} for s in configurations(op)]
+    return (common.header(doc, imports) + common.tunables(values, starts[0], common.resources(RESOURCES, op.precision))
+            + f"STARTS = {starts!r}\n" + extra
             + helper + PACK_HELPER + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
             + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + splitk_kernel(op.epilogue)
             + kernels + model)
@@ -428,8 +473,7 @@ def _matmul_source(op: Matmul, doc: str, imports: list[str], values: dict[str, l
 def render(op: Matmul, signature: str, imports: list[str], init: str, what: str) -> tuple[str, str]:
     doc = (f"Template: persistent matmul ({what}) with the epilogue fused before the store, TMA "
            f"descriptor loads where the operands allow, split-K for skinny products; {op.precision} dots.")
-    source = _matmul_source(op, doc, imports, TUNE_VALUES, start(op.precision, op.half), "", "",
-                            common.model_class(init, forward(op, signature)))
+    source = _matmul_source(op, doc, imports, TUNE_VALUES, {}, "", "", common.model_class(init, forward(op, signature)))
     return source, f"template: matmul ({what}) with fused epilogue"
 
 
@@ -439,12 +483,11 @@ def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, import
     (``softmax(gelu(x Wᵀ + b))``): two kernels, since a row spans many output tiles. The row
     kernel's tunables carry a ``ROW_`` prefix."""
     values = {**TUNE_VALUES, **rowwise.tunable_values("ROW_")}
-    seed = {**start(op.precision, op.half), **rowwise.seed("ROW_")}
     methods = (forward(op, signature, "_matmul") + rowwise.forward(row, "y", "_rowwise", "ROW_")
                + f"\ndef forward(self, {signature}):\n    return self._rowwise(self._matmul({signature}))\n")
     doc = (f"Template: persistent matmul ({what}) with the epilogue fused before the store, then "
            f"{rowwise.TITLES[row.kind]} over each row; {op.precision} dots.")
-    source = _matmul_source(op, doc, imports, values, seed, rowwise.HELPERS, rowwise.kernels(row),
+    source = _matmul_source(op, doc, imports, values, rowwise.seed("ROW_"), rowwise.HELPERS, rowwise.kernels(row),
                             common.model_class(init, methods))
     return source, f"template: matmul ({what}) with fused epilogue, then {rowwise.TITLES[row.kind]}"
 
@@ -465,6 +508,9 @@ def forward(self, {signature}):
     a = {op.x}.reshape(-1, {op.x}.shape[-1])
     M, K = a.shape
     w1, w3, w2 = {op.w1}, {op.w3}, {op.w2}
+    if PACK == 2 and TMA and not all(_addressable(a, w, w.stride(1), w.stride(0)) for w in (w1, w3)):
+        a, w1, _, _, K = _pack(a, w1, K)
+        w3 = _k_major(w3, K)
     H = w1.shape[0]
     h = torch.empty((M, H), device=a.device, dtype=a.dtype)
     grid, _, meta = _plan(a, [(w1, w1.stride(1), w1.stride(0)), (w3, w3.stride(1), w3.stride(0))], M, H, K,
@@ -473,31 +519,36 @@ def forward(self, {signature}):
                          {_strides("w3", True)}, **meta)
     N = w2.shape[0]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    _launch(h, w2, w2.stride(1), w2.stride(0), c, M, N, H, DOWN_BLOCK_N, ())
+    s2k, s2n = w2.stride(1), w2.stride(0)
+    if PACK == 2 and TMA and not _addressable(h, w2, s2k, s2n):
+        h, w2, s2k, s2n, H = _pack(h, w2, H)
+    _launch(h, w2, s2k, s2n, c, M, N, H, DOWN_BLOCK_N, ())
     return c.reshape(*{op.x}.shape[:-1], N)
 '''
 
 
-MLP_VALUES = {**{k: v for k, v in TUNE_VALUES.items() if k != "PACK"}, "DOWN_BLOCK_N": [64, 128, 256]}
-"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: nothing to pack. The down
+MLP_VALUES = {**TUNE_VALUES, "PACK": [0, 2], "DOWN_BLOCK_N": [64, 128, 256]}
+"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: they are packed only where a
+descriptor cannot read them (``PACK = 2``: a hidden or model size whose rows are not 16-byte
+aligned), which copies the weights every call. The down
 projection's tile width tunes apart from the gate/up kernel's, whose two accumulators make its
 ``BLOCK_N`` count twice: its 128×128 tile does the work of a plain 128×256 one."""
-MLP_SEED = {"BLOCK_N": 128, "DOWN_BLOCK_N": 256}
+MLP_SEED = {"BLOCK_N": 128, "DOWN_BLOCK_N": 256, "PACK": 2}
 """The gate/up kernel at 128×(2·128), the down projection at the plain kernel's 128×256."""
 
 
 def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     seed = {k: v for k, v in {**start(op.precision, op.half), **MLP_SEED}.items() if k in MLP_VALUES}
     kind = dots_kind(op.precision, op.half)
-    starts = [{k: v for k, v in {**s, **MLP_SEED, "DOWN_BLOCK_N": s["BLOCK_N"]}.items() if k in MLP_VALUES}
-              for s in SM90_STARTS[kind]]
+    starts = [{k: v for k, v in {**s, **MLP_SEED, "DOWN_BLOCK_N": s["BLOCK_N"], "PACK": 2 * s["TMA"]}.items()
+               if k in MLP_VALUES} for s in SM90_STARTS[kind]]
     starts[0] = seed
     source = (common.header("Template: gated MLP as two persistent kernels: fused gate/up projections "
                             f"with the silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
               + common.tunables(MLP_VALUES, seed, common.resources(MLP_RESOURCES, op.precision))
               + f"STARTS = {starts!r}\n"
-              + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
+              + PACK_HELPER + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
               + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision) + splitk_kernel(common.Chain())
               + common.model_class(init, mlp_forward(op, signature)))
