@@ -65,8 +65,9 @@ def test_descriptor_and_pointer_paths_give_the_product(tmp_path, dtype):
 
 
 def test_linear_epilogue_holds_on_every_path_split_or_not(tmp_path):
-    """``relu(x Wᵀ + b) + r · 0.5`` in bf16: the weight is K-major (a descriptor reads it so),
-    and with K split the epilogue runs after the partial sums, in the split-K kernel."""
+    """``relu(x Wᵀ + b) + r · 0.5`` in bf16: the weight is K-major (a descriptor reads it so), the
+    residual is read at the output's index and the bias wrapped to it, and with K split the
+    epilogue runs after the partial sums, in the split-K kernel."""
     source = reference("def forward(self, x, r):\n    return torch.relu(self.fc(x)) + r * 0.5\n",
                        init="self.fc = nn.Linear(k, n, dtype=torch.bfloat16)\n", init_args=", k: int, n: int",
                        inputs=("torch.randn(2, 19, 48, dtype=torch.bfloat16), "
@@ -75,6 +76,7 @@ def test_linear_epilogue_holds_on_every_path_split_or_not(tmp_path):
     runs = sweep(tmp_path, source, [48, 40], [[2, 19, 48], [2, 19, 40]], PATHS, "bfloat16")
     assert_accurate(runs, "bfloat16")
     assert runs[0].launched("matmul_kernel", TMA=True, B_KMAJOR=True, SUBTILE=1), "operands: half tiles"
+    assert runs[0].launched("matmul_kernel", T0_FULL=False, T1_FULL=True), "the bias wraps, the residual does not"
     assert runs[3].launched("splitk_kernel") and runs[3].launched("matmul_kernel", SPLIT_K=3)
 
 

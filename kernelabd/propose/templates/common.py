@@ -86,6 +86,19 @@ class Chain:
         return [f"t{i} = tl.load(t{i}_ptr + ({index}) % t{i}_n, mask={mask}, other=0.0)"
                 f".to(tl.float32)" for i in range(len(self.tensors))]
 
+    def full_loads(self, index: str, mask: str) -> list[str]:
+        """``loads``, but an operand as large as the output (a residual; ``T<i>_FULL``, decided at
+        launch) is read at ``index`` itself: no ``% n`` on every element, whose registers a
+        128×256 tile cannot spare."""
+        lines = []
+        for i, wrapped in enumerate(self.loads(index, mask)):
+            lines += [f"if T{i}_FULL:", f"    {wrapped.replace(f' % t{i}_n', '')}", "else:", f"    {wrapped}"]
+        return lines
+
+    def full_constexprs(self) -> str:
+        """The kernel parameters ``full_loads`` reads."""
+        return "".join(f", T{i}_FULL: tl.constexpr" for i in range(len(self.tensors)))
+
     def call_args(self, shape: str) -> str:
         """Arguments the forward passes for the operands, given the output's shape expression."""
         args = []

@@ -304,7 +304,7 @@ def output_index(n0: str, width: str) -> list[str]:
 
 def _epilogue(epilogue: common.Chain) -> list[str]:
     """The elementwise chain on ``acc``, its operands read at the output's flat index."""
-    return [*epilogue.loads("offs", "cmask"), *epilogue.lines]
+    return [*epilogue.full_loads("offs", "cmask"), *epilogue.lines]
 
 
 def _store(result: str) -> list[str]:
@@ -364,7 +364,8 @@ def tile_kernel(name: str, args: str, bs: list[Operand], accs: list[str], finish
 def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
     """``c = epilogue(a @ b)``, split-K capable."""
     finish = _epilogue(epilogue) + _store(epilogue.result or "acc")
-    args = f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args()}"
+    args = (f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args()}"
+            f"{epilogue.full_constexprs()}")
     return tile_kernel(name, args, [Operand("b_ptr", "sbk", "sbn", "b")], ["acc"], finish, True, precision)
 
 
@@ -376,9 +377,9 @@ def splitk_kernel(epilogue: common.Chain) -> str:
              "for s in range(SPLIT_K):",
              "    acc += tl.load(ws_ptr + (s * M).to(tl.int64) * N + offs, mask=cmask, other=0.0)",
              *_epilogue(epilogue), f"tl.store(c_ptr + offs, {epilogue.result or 'acc'}, mask=cmask)"]
-    return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()}, "
-            "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,\n                  INDEX_64: tl.constexpr):\n"
-            + _indent(lines, 1))
+    return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()}"
+            f"{epilogue.full_constexprs()},\n                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+            "INDEX_64: tl.constexpr):\n" + _indent(lines, 1))
 
 
 SPLITK_TILE = (32, 128)
@@ -413,15 +414,18 @@ def _strides(b: str, transposed: bool) -> str:
 
 LAUNCH_HELPER = f'''
 
-def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue):
-    """``c = epilogue(a @ b)`` for ``b`` of logical (K, N) strides ``sbk``, ``sbn``."""
+def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue, tensors=0):
+    """``c = epilogue(a @ b)`` for ``b`` of logical (K, N) strides ``sbk``, ``sbn``; the epilogue's
+    first ``tensors`` operands are (tensor, numel) pairs, read without wrapping when full-size."""
     grid, split, meta = _plan(a, [(b, sbk, sbn)], M, N, K, block_n)
+    full = {{f"T{{i}}_FULL": epilogue[2 * i + 1] == M * N for i in range(tensors)}}
     ws = torch.empty((split, M, N), device=c.device, dtype=torch.float32) if split > 1 else c
-    matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(0), a.stride(1), sbk, sbn, *epilogue, SPLIT_K=split, **meta)
+    matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(0), a.stride(1), sbk, sbn, *epilogue, SPLIT_K=split, **meta,
+                        **full)
     if split > 1:
         grid = (triton.cdiv(M, {SPLITK_TILE[0]}), triton.cdiv(N, {SPLITK_TILE[1]}))
         splitk_kernel[grid](ws, c, M, N, split, *epilogue, BLOCK_M={SPLITK_TILE[0]}, BLOCK_N={SPLITK_TILE[1]},
-                            INDEX_64=_index_64(M, N))
+                            INDEX_64=_index_64(M, N), **full)
     return c
 '''
 
@@ -445,7 +449,7 @@ def {name}(self, {signature}):
     if PACK == 1 or (PACK == 2 and TMA and not _addressable(a, b, sbk, sbn)):
         a, b, sbk, sbn, K = _pack(a, {b_nk}, K)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)})
+    _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)}, {len(op.epilogue.tensors)})
     return c.reshape(shape)
 '''
 
