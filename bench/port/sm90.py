@@ -66,6 +66,10 @@ from kernelabd.propose.tune import (  # noqa: E402
 from kernelabd.service.capture import load_reference, main_dtype  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "port" / "problems"
+H200_SMS = 132
+"""What the templates' launches size their persistent grids and splits by (``_sms``): compiled
+here on CPU tensors, they would otherwise plan for the interpreter's few programs, and skip
+kernels (a split-K sum) that the GPU runs."""
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS = 255
 LOCAL_BYTES_LIMIT = 64
@@ -159,6 +163,8 @@ def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
+    if hasattr(module, "_sms"):     # the templates' SM count: an H200's, not the CPU stand-in's few
+        module._sms = lambda x: H200_SMS
     reference, model, inputs = at_gpu_sizes(problem)
     candidate = module.ModelNew(*reference.get_init_inputs())
     candidate.load_state_dict(model.state_dict())
