@@ -83,27 +83,46 @@ def sources(problem: Path, proposer: str, variants: list[tuple[str, dict[str, in
     return out
 
 
-def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], work: Path) -> dict[str, Any]:
+def build(problem: Path, constants: dict[str, Any], device: str) -> tuple[Any, Any, list[Any]]:
+    """The reference at ``constants``, its model and inputs made on ``device`` directly (a
+    350 MB weight drawn on the host takes seconds), TF32 as its sidecar says (as the gate runs
+    it)."""
     import torch
 
     from kernelabd.harness.problem import load_problem
-    from kernelabd.service.capture import load_reference, work_of
+    from kernelabd.service.capture import load_reference
+
+    tf32 = load_problem(problem).sidecar.tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    with torch.device(device):
+        module, model, inputs = load_reference(problem.read_text(), constants)
+    return module, model.eval(), inputs
+
+
+def time_sources(problem: Path, built: tuple[Any, Any, list[Any]], found: dict[str, str],
+                 baselines: dict[str, Any], args: argparse.Namespace, ceilings: dict[str, Any],
+                 work: Path) -> dict[str, Any]:
+    """One row: each candidate source of ``found`` built with the reference's ``state_dict``,
+    its output compared with eager's, and all timed together with ``baselines`` (name → a
+    call; the first is what ``× eager`` divides by) in interleaved rounds."""
+    import torch
+
+    from kernelabd.harness.problem import load_problem
+    from kernelabd.service.capture import work_of
     from kernelabd.service.ceilings import floor_ms
 
     device = args.device
-    loaded = load_problem(problem)
-    torch.backends.cuda.matmul.allow_tf32 = loaded.sidecar.tf32
-    torch.backends.cudnn.allow_tf32 = loaded.sidecar.tf32
-    module, model, inputs = load_reference(problem.read_text(), loaded.sidecar.constants_for(device))
-    model = model.to(device).eval()
-    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+    module, model, inputs = built
     with torch.no_grad():
         expected = model(*inputs)
+    work_done = work_of(model, inputs)
     row: dict[str, Any] = {"problem": problem.stem, "errors": {}, "rel_error_vs_eager": {},
-                           "floor": floor_ms(work_of(model, inputs), ceilings, tf32=loaded.sidecar.tf32)}
-    variants: dict[str, Any] = {"eager": lambda: model(*inputs)}
-    found = sources(problem, args.proposer, args.variant)
-    row["values"] = {name: params_of(src) for name, src in found.items()}
+                           "flops": work_done["flops"], "min_bytes": work_done["min_bytes"],
+                           "floor": floor_ms(work_done, ceilings, tf32=load_problem(problem).sidecar.tf32),
+                           "values": {name: params_of(src) for name, src in found.items()},
+                           "baselines": list(baselines)}
+    variants: dict[str, Any] = dict(baselines)
     for name, source in found.items():
         try:
             t0 = time.monotonic()
@@ -128,13 +147,22 @@ def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], w
     return row
 
 
+def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], work: Path) -> dict[str, Any]:
+    from kernelabd.harness.problem import load_problem
+
+    built = build(problem, load_problem(problem).sidecar.constants_for(args.device), args.device)
+    model, inputs = built[1], built[2]
+    return time_sources(problem, built, sources(problem, args.proposer, args.variant),
+                        {"eager": lambda: model(*inputs)}, args, ceilings, work)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| problem | variant | values | ms | × eager | % SOL | rel. diff vs eager | note |",
              "|---|---|---|---:|---:|---:|---:|---|"]
     for row in rows:
         eager = row.get("ms", {}).get("eager")
         floor = (row.get("floor") or {}).get("ms")
-        names = ["eager", *row.get("values", {})]
+        names = [*row.get("baselines", ["eager"]), *row.get("values", {})]
         for name in names:
             ms = row.get("ms", {}).get(name)
             values = row.get("values", {}).get(name) or {}

@@ -19,8 +19,9 @@ The seeds are kernelab's own proposers' output, executed in this process: this i
 check of the templates, not a gate for untrusted code.
 
 Exit status: 0 when every seed compiled and fits (no spills under register pressure, no array
-in local memory, shared memory and registers within one SM's limits), 1 otherwise; the table is
-printed last.
+in local memory, shared memory and registers within one SM's limits), 1 otherwise; a problem the
+proposer offers no seed for is listed as such (and in ``declined.json``), not failed: its
+reference is not one the matchers recognise. The table is printed last.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ from kernelabd.propose.tune import (  # noqa: E402
 from kernelabd.service.capture import load_reference, main_dtype  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "port" / "problems"
+H200_SMS = 132
+"""What the templates' launches size their persistent grids and splits by (``_sms``): compiled
+here on CPU tensors, they would otherwise plan for the interpreter's few programs, and skip
+kernels (a split-K sum) that the GPU runs."""
 
 
 @dataclass
@@ -124,6 +129,8 @@ def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
+    if hasattr(module, "_sms"):     # the templates' SM count: an H200's, not the CPU stand-in's few
+        module._sms = lambda x: H200_SMS
     reference, model, inputs = at_gpu_sizes(problem)
     candidate = module.ModelNew(*reference.get_init_inputs())
     candidate.load_state_dict(model.state_dict())
@@ -132,14 +139,20 @@ def compile_seed(problem: Path, source: str, work: Path) -> list[tuple[str, Any]
     return [(kernel.metadata.name, kernel) for kernel, _ in compiled.kernels]
 
 
+class Declined(Exception):
+    """The proposer offers no seed for a problem: nothing to compile, which is no failure of the
+    templates' code (the problem's reference is not one their matchers recognise yet)."""
+
+
 def check(problem: Path, proposer_name: str, work: Path,
           values: dict[str, int]) -> tuple[list[KernelUse], str | None]:
-    """The kernels of one problem's seed, or the reason it could not be compiled."""
+    """The kernels of one problem's seed, or the reason it could not be compiled; ``Declined``
+    when there is no seed."""
     proposer: Proposer = (TemplateProposer() if proposer_name == "template"
                           else InductorProposer(on_cpu=True))
     found = seed(problem, proposer)
     if isinstance(found, str):
-        return [], f"no seed: {found}"
+        raise Declined(found)
     try:
         kernels = compile_seed(problem, with_values(found[0], values), work)
     except Exception as exc:  # a compile error is this check's finding, not its crash
@@ -222,7 +235,7 @@ def grid_table(verdicts: list[Pruning]) -> str:
     return "\n".join(lines)
 
 
-def table(rows: list[KernelUse], failures: dict[str, str]) -> str:
+def table(rows: list[KernelUse], failures: dict[str, str], declined: dict[str, str]) -> str:
     lines = ["| problem | kernel | warps | stages | registers | stack B | smem KiB | verdict |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -230,6 +243,7 @@ def table(rows: list[KernelUse], failures: dict[str, str]) -> str:
         lines.append(f"| {r.problem} | {r.kernel} | {r.num_warps} | {r.num_stages} | {r.registers} "
                      f"| {r.stack_bytes} | {r.smem_bytes / 1024:.1f} | {verdict} |")
     lines += [f"| {name} | — | | | | | | FAILED: {why} |" for name, why in failures.items()]
+    lines += [f"| {name} | — | | | | | | no seed: {why} |" for name, why in declined.items()]
     return "\n".join(lines)
 
 
@@ -266,17 +280,22 @@ def main(argv: list[str] | None = None) -> int:
     use_stand_in_driver()
     rows: list[KernelUse] = []
     failures: dict[str, str] = {}
+    declined: dict[str, str] = {}
     verdicts: list[Pruning] = []
     with tempfile.TemporaryDirectory() as work:
         for i, problem in enumerate(problems, 1):
             print(f"[{i}/{len(problems)}] {problem.stem}", file=sys.stderr, flush=True)
-            uses, failure = check(problem, args.proposer, Path(work), values)
+            try:
+                uses, failure = check(problem, args.proposer, Path(work), values)
+            except Declined as why:
+                declined[problem.stem] = str(why)
+                continue
             rows += uses
             if failure:
                 failures[problem.stem] = failure
             if args.grid:
                 verdicts += check_grid(problem, args.grid, Path(work))
-    text = table(rows, failures)
+    text = table(rows, failures, declined)
     if verdicts:
         text += "\n\nThe tuner's pruning against ptxas:\n\n" + grid_table(verdicts)
     if args.out:
@@ -288,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             with (args.out / "pruning.jsonl").open("w") as f:
                 for v in verdicts:
                     f.write(json.dumps(asdict(v)) + "\n")
+        (args.out / "declined.json").write_text(json.dumps(declined) + "\n")
         (args.out / "table.md").write_text(text + "\n")
     print(f"triton {triton.__version__}, target sm_90, proposer {args.proposer}")
     print(text)

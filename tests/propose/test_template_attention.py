@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from kernelabd.propose.base import Decline
 from kernelabd.propose.template.proposer import NO_MATCH, TemplateProposer, instantiate
+from kernelabd.propose.templates import attention
 from kernelabd.propose.tune import parse_tunables
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import context, reference
@@ -195,3 +196,17 @@ def test_attention_with_a_term_the_kernel_lacks_matches_nothing(forward):
                        inputs="torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)")
     declined = TemplateProposer().propose(context(source))
     assert isinstance(declined, Decline) and declined.reason.startswith(NO_MATCH), declined
+
+
+def test_heads_wider_than_a_program_holds_are_chunked(tmp_path):
+    """A 300-wide query/key head and a 200-wide value head (KernelBench's SDPA has 1024): the
+    scores are summed over 64-wide chunks of the head, the value columns split across programs,
+    each recomputing the scores; the online softmax holds across chunks and tiles."""
+    from tests.propose.template_sweep import assert_accurate, sweep
+
+    shapes = [[1, 2, 37, 300], [1, 2, 29, 300], [1, 2, 29, 200]]
+    source = reference(SDPA.format(""), inputs=", ".join(f"torch.randn({s})" for s in shapes))
+    runs = sweep(tmp_path, source, [], shapes, [{}, {"BLOCK_M": 16, "BLOCK_N": 16}])
+    assert_accurate(runs)
+    assert all(r.launched("attention_kernel", D_CHUNKED=True, BLOCK_D=attention.MAX_HEAD // 4) for r in runs)
+    assert all(launch["grid"][1] == 2 for r in runs for launch in r.launches), "200 value columns, 128 a program"

@@ -17,8 +17,9 @@ never leave registers and each key/value block is read once per query block.
 - Causal attention (``is_causal=True``) is PyTorch's top-left aligned mask: query ``i`` sees keys
   ``j <= i``; key blocks wholly above the diagonal are not visited at all.
 - Any sequence lengths (masked), head dims padded to a power of two (masked), separate head dims
-  for ``q``/``k`` and ``v``; inputs of 2 to 4 dims are read through their strides as
-  ``(Z, H, S, D)``, so transposed views cost no copy.
+  for ``q``/``k`` and ``v``, heads wider than ``MAX_HEAD`` in chunks (``_attention``); inputs of
+  2 to 4 dims are read through their strides as ``(Z, H, S, D)``, so transposed views cost no
+  copy.
 - fp32 inputs use IEEE dots unless the problem allows TF32, because the gate holds a port to the
   reference's precision; half inputs cast the probabilities to the input dtype for the second
   product, as PyTorch's flash kernel does.
@@ -37,6 +38,15 @@ HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 """fp16/bf16 operands start at the tile Triton's flash-attention tutorial uses on Hopper for a
 128-wide head; fp32 ones keep the smaller tile, whose dots hold more in registers (figures:
 bench/port/README.md, "Template seeds")."""
+SM90_STARTS: dict[str, list[dict[str, int]]] = {
+    "half": [HALF_START, {**HALF_START, "BLOCK_N": 128}, {**HALF_START, "num_stages": 4},
+             {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}],
+    "fp32": [TUNE_START, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}],
+}
+"""Known-good starting configurations on sm_90, best first, the seed first: for half precision
+the variants measured on the H200 beside the seed (128-wide key blocks 0.576 ms against 0.577,
+4 stages 0.578: bench/port/README.md), then a smaller tile for short sequences and 64-wide
+heads. Each dict sets every tunable."""
 
 AS_4D = '''
 
@@ -94,7 +104,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
                      sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, soz, soh, som, sod,
                      IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_M: tl.constexpr,
-                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr):
+                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr,
+                     D_CHUNKED: tl.constexpr):
     pid = tl.program_id(0)
     blocks_m = tl.cdiv(M, BLOCK_M)
     zh = pid // blocks_m
@@ -108,12 +119,13 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.arange(0, BLOCK_N)
     rd = tl.arange(0, BLOCK_D)
-    re = tl.arange(0, BLOCK_DV)
+    re = tl.program_id(1) * BLOCK_DV + tl.arange(0, BLOCK_DV)
     q_ptrs = q_ptr + rm[:, None] * sqm + rd[None, :] * sqd
-    if EVEN_M and EVEN_D:
-        q = tl.load(q_ptrs)
-    else:
-        q = tl.load(q_ptrs, mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
+    if not D_CHUNKED:
+        if EVEN_M and EVEN_D:
+            q = tl.load(q_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
@@ -122,15 +134,25 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
         hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
     for start in range(0, hi, BLOCK_N):
         cols = start + rn
-        k_ptrs = k_ptr + rd[:, None] * skd + cols[None, :] * skn
         v_ptrs = v_ptr + cols[:, None] * svn + re[None, :] * svd
-        if EVEN_N and EVEN_D:
-            kt = tl.load(k_ptrs)
-            vb = tl.load(v_ptrs)
-        else:
-            kt = tl.load(k_ptrs, mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
+        if D_CHUNKED:
+            qk = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for d0 in range(0, D, BLOCK_D):
+                dd = d0 + rd
+                qc = tl.load(q_ptrs + d0 * sqd, mask=(rm[:, None] < M) & (dd[None, :] < D), other=0.0)
+                kc = tl.load(k_ptr + dd[:, None] * skd + cols[None, :] * skn,
+                             mask=(dd[:, None] < D) & (cols[None, :] < N), other=0.0)
+                qk = _dot_acc(qc, kc, qk, "{precision}")
             vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
-        qk = _dot(q, kt, "{precision}")
+        else:
+            k_ptrs = k_ptr + rd[:, None] * skd + cols[None, :] * skn
+            if EVEN_N and EVEN_D:
+                kt = tl.load(k_ptrs)
+                vb = tl.load(v_ptrs)
+            else:
+                kt = tl.load(k_ptrs, mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
+                vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
+            qk = _dot(q, kt, "{precision}")
         if IS_CAUSAL or not EVEN_N or not POS_SCALE:
             keep = cols[None, :] < N
             if IS_CAUSAL:
@@ -154,25 +176,36 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
 '''
 
 
+MAX_HEAD = 256
+"""The widest head a program holds whole (Hopper flash-attention kernels stop at 256)."""
+
+
 def launcher(sdpa: bool) -> str:
     out = "_sdpa_output(q, k, v, causal)" if sdpa else "q.new_empty((*q.shape[:-1], v.shape[-1]))"
     return f'''
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                causal: bool) -> torch.Tensor:
-    """One launch: a program per (batch·head, BLOCK_M query rows)."""
+    """One launch: a program per (batch·head, BLOCK_M query rows, value columns): heads wider
+    than {MAX_HEAD} take their query-key products in {MAX_HEAD // 4}-wide chunks and split the
+    value columns across programs {MAX_HEAD // 2} at a time, each recomputing the scores, so
+    that no tile outgrows a program's registers and shared memory (a 1024-wide fp32 head wanted
+    1 MiB of shared memory whole; 256 value columns a program spilled 512 bytes)."""
     out = {out}
     q4, k4, v4, o4 = (_as_4d(t) for t in (q, k, v, out))
     Z, H, M, D = q4.shape
     N, DV = k4.shape[2], v4.shape[3]
     block_d, block_dv = max(16, triton.next_power_of_2(D)), max(16, triton.next_power_of_2(DV))
-    grid = (triton.cdiv(M, BLOCK_M) * Z * H,)
+    chunked = block_d > {MAX_HEAD}
+    if chunked:
+        block_d, block_dv = {MAX_HEAD // 4}, min(block_dv, {MAX_HEAD // 2})
+    grid = (triton.cdiv(M, BLOCK_M) * Z * H, triton.cdiv(DV, block_dv))
     attention_kernel[grid](q4, k4, v4, o4, float(scale) * 1.4426950408889634, H, M, N, D, DV,
                            *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                            IS_CAUSAL=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                            BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_M=M % BLOCK_M == 0,
                            EVEN_N=N % BLOCK_N == 0, EVEN_D=block_d == D and block_dv == DV,
-                           POS_SCALE=scale > 0, num_warps=num_warps, num_stages=num_stages)
+                           POS_SCALE=scale > 0, D_CHUNKED=chunked, num_warps=num_warps, num_stages=num_stages)
     return out
 '''
 
@@ -191,7 +224,8 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
     source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START) + common.DOT_HELPER + AS_4D
+              + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START)
+              + f"STARTS = {SM90_STARTS['half' if op.half else 'fp32']!r}\n" + common.DOT_HELPER + AS_4D
               + (SDPA_OUTPUT if op.sdpa else "")
               + kernel(op.precision) + launcher(op.sdpa)
               + common.model_class(init, forward(op, signature)))

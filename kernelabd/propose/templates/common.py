@@ -53,6 +53,14 @@ def _operand(t: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
     return t, t.numel()
 '''
 
+SMS_HELPER = '''
+
+def _sms(x: torch.Tensor) -> int:
+    """SMs of the GPU (persistent launches run a few programs an SM); on a CPU (the
+    interpreter) a few programs, so that their loops run more than once there too."""
+    return torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 3
+'''
+
 
 @dataclass
 class Chain:
@@ -77,6 +85,19 @@ class Chain:
         """Statements loading every tensor operand at output flat index ``index``."""
         return [f"t{i} = tl.load(t{i}_ptr + ({index}) % t{i}_n, mask={mask}, other=0.0)"
                 f".to(tl.float32)" for i in range(len(self.tensors))]
+
+    def full_loads(self, index: str, mask: str) -> list[str]:
+        """``loads``, but an operand as large as the output (a residual; ``T<i>_FULL``, decided at
+        launch) is read at ``index`` itself: no ``% n`` on every element, whose registers a
+        128×256 tile cannot spare."""
+        lines = []
+        for i, wrapped in enumerate(self.loads(index, mask)):
+            lines += [f"if T{i}_FULL:", f"    {wrapped.replace(f' % t{i}_n', '')}", "else:", f"    {wrapped}"]
+        return lines
+
+    def full_constexprs(self) -> str:
+        """The kernel parameters ``full_loads`` reads."""
+        return "".join(f", T{i}_FULL: tl.constexpr" for i in range(len(self.tensors)))
 
     def call_args(self, shape: str) -> str:
         """Arguments the forward passes for the operands, given the output's shape expression."""
@@ -109,8 +130,17 @@ def _dot(a, b, precision: tl.constexpr):
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return tl.dot(a, b, input_precision=precision)
+
+
+@triton.jit
+def _dot_acc(a, b, acc, precision: tl.constexpr):
+    if INTERPRETED:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=precision)
 '''
-"""Every template's matrix products go through ``_dot``."""
+"""Every template's matrix products go through ``_dot``, or ``_dot_acc`` where the product
+accumulates into ``acc`` in place (a ``wgmma`` with its accumulator in registers)."""
 
 
 def resources(tiles: dict[str, list[list[str]]], precision: str) -> dict[str, Any]:

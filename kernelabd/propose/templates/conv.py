@@ -28,6 +28,12 @@ TUNE_START = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num
 """8 warps, so that the tile does not spill; ``CHANNELS_LAST``: input and weight are copied
 channels-last first, so that a K run is ``C_in`` contiguous floats rather than a gather across
 planes (figures: bench/port/README.md, "Template seeds")."""
+SM90_STARTS: dict[str, list[dict[str, int]]] = {
+    "any": [TUNE_START, {**TUNE_START, "BLOCK_K": 64}, {**TUNE_START, "BLOCK_N": 128, "num_stages": 2}],
+}
+"""Known-good starting configurations on sm_90, the seed first (the tuner's accepted step on the
+H200, BLOCK_M 128, is in it), then the neighbours its port tried next. Each dict sets every
+tunable."""
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]],
              "regs": [["BLOCK_M", "BLOCK_K"]]}
 """Per stage, a gathered input tile and a weight tile, as in the matmul template; the gathered
@@ -177,6 +183,6 @@ def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -
     source = (common.header(f"Template: conv2d as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
               + common.tunables(TUNE_VALUES, TUNE_START, common.resources(RESOURCES, op.precision))
-              + GEOMETRY_HELPER + helper
+              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: conv2d ({what}) as implicit GEMM with fused epilogue"

@@ -1,13 +1,28 @@
-"""Matmul with a fused epilogue, and the gated MLP as two kernels.
+"""Matmul with a fused epilogue, and the gated MLP as two kernels, built for Hopper (sm_90).
 
-A tiled ``tl.dot`` kernel with grouped tile order; the epilogue (bias, activation, residual,
-scaling — any elementwise chain on the product) runs on the fp32 accumulator before the only
-store, where eager writes the product and reads it back once per op. fp32 inputs use IEEE dots
-unless the problem allows TF32, because the gate holds a port to the reference's precision.
+One kernel serves every shape: a persistent grid (a program an SM walks the output tiles in
+grouped order, so that tiles sharing an A row block run together and reuse it from L2), each
+tile's K loop loading through TMA tensor descriptors (``tl.make_tensor_descriptor``: the copy
+engine fetches whole tiles into shared memory, out-of-range rows and columns arrive as zeros,
+so no bounds checks run in the loop) into ``tl.dot``, which Triton lowers to ``wgmma``
+(HGMMA). Operands a descriptor cannot address (a base or row stride not 16-byte aligned, no
+unit stride) take the same loop with pointer loads. The epilogue (bias, activation, residual,
+scaling: any elementwise chain on the product) runs on the fp32 accumulator before the only
+store, where eager writes the product and reads it back once per op.
+
+Skinny products (few output tiles, long K: ``256 × 256 × 524288``, matrix-vector products) split
+K across programs (``SPLIT_K``): each writes an fp32 partial product and a second kernel sums
+the partials in a fixed order and applies the epilogue, so results do not depend on timing (the
+gate runs every candidate twice and rejects outputs that differ). ``SPLIT_K = 0`` chooses the
+split at run time from the tile count (``_split_k``).
+
+fp32 inputs use 3xTF32 dots unless the problem allows TF32 (``proposer._precision``); TF32
+tensor-core products take both operands K-major, which ``PACK`` provides.
 
 The gated MLP ``(silu(x W1ᵀ) * (x W3ᵀ)) W2ᵀ`` computes both up-projections in the same K loop
-(one read of each ``x`` tile for two products) with the silu-mul in the epilogue, then the
-down-projection with the plain kernel.
+(one read of each ``x`` tile for two products: the work of one GEMM with a ``2·BLOCK_N`` wide
+tile) with the silu-mul in the epilogue, so the hidden activations are written once and never
+re-read by an elementwise pass, then the down-projection with the plain kernel.
 """
 
 from __future__ import annotations
@@ -15,22 +30,67 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelabd.propose.templates import common, rowwise
+from kernelabd.propose.tune import SMEM_PER_PROGRAM
 
-TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [16, 32, 64],
-               "GROUP_M": [1, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4], "PACK": [0, 1]}
+TUNE_VALUES = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
+               "GROUP_M": [1, 8, 16], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5], "TMA": [0, 1],
+               "PERSISTENT": [0, 1], "WARP_SPECIALIZE": [0, 1], "TMA_STORE": [0, 1],
+               "SPLIT_K": [0, 1, 2, 4, 8, 16, 32], "PACK": [0, 1, 2], "SUBTILE": [0, 1]}
+"""``TMA``: descriptor loads where the operands allow them (else pointer loads); ``PERSISTENT``:
+a program an SM looping over tiles (0: a program a tile); ``WARP_SPECIALIZE``: a producer warp
+group issues the copies and the others the products (Triton's Hopper warp specialisation, which
+takes effect at 4 warps: at 8, Triton 3.6 and 3.8 emit the plain pipeline); ``TMA_STORE``: the
+output tile leaves through a descriptor too, where its rows are 16-byte aligned and shared
+memory allows; ``SPLIT_K``: 0 chooses at run time; ``PACK``: copy both operands K-major with K
+padded (1: always, as TF32 dots need; 2: only when a descriptor cannot read them as given, so
+that an odd K or N keeps the descriptor path rather than pointer loads, which spill at these
+tiles); ``SUBTILE``: the epilogue on half a tile at a time (``_subtiled``)."""
+
+SM90_STARTS: dict[str, list[dict[str, int]]] = {
+    "half": [
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 1,
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 2, "SUBTILE": 0},
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 1,
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 1, "SPLIT_K": 0, "PACK": 2, "SUBTILE": 0},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4, "TMA": 1,
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 1, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 2, "SUBTILE": 0},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0, "SUBTILE": 0},
+    ],
+    "tf32x3": [
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "TMA": 1,
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
+    ],
+    "tf32": [
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 1,
+         "PERSISTENT": 1, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
+        {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 1, "SUBTILE": 0},
+    ],
+    "ieee": [
+        {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "TMA": 0,
+         "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "TMA_STORE": 0, "SPLIT_K": 0, "PACK": 0, "SUBTILE": 0},
+    ],
+}
+"""Known-good starting configurations on sm_90 per kind of dot (``dots_kind``), best first; the
+first is the seed. Half precision: the issue-15 H200 measurement (a persistent descriptor-loading
+kernel at 128×256×64, 8 warps, 3 stages: 98–101 % of cuBLAS at the Llama-3-8B FFN's shapes and
+8192³; pointer loads of the tutorial kind 77–80 %), then its variants with a descriptor store and
+with warp specialisation (4 warps: where Triton specialises), then the pointer kernel. 3xTF32 and
+IEEE: the pointer kernels measured in bench/port/README.md ("Template seeds"), then the descriptor
+kernel (not yet measured on a GPU). Each dict sets every tunable of ``TUNE_VALUES``."""
+
+
+def dots_kind(precision: str, half: bool) -> str:
+    """The key of ``SM90_STARTS`` for a product: 16-bit operands run alike whatever the precision."""
+    return "half" if half else precision
 
 
 def start(precision: str, half: bool) -> dict[str, int]:
-    """The seed configuration: Hopper-sized tiles, where every edit the tuner accepted from a
-    smaller seed led (figures: bench/port/README.md, "Template seeds")."""
-    if half:
-        return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-                "PACK": 0}
-    if precision == "ieee":
-        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-                "PACK": 0}
-    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-            "PACK": 1}
+    """The seed configuration: the first known-good start for these dots."""
+    return SM90_STARTS[dots_kind(precision, half)][0]
 
 
 PACK_HELPER = '''
@@ -38,8 +98,8 @@ PACK_HELPER = '''
 def _k_major(t: torch.Tensor, k_padded: int) -> torch.Tensor:
     """``t`` (rows, K) as a contiguous copy with K padded with zeros to ``k_padded`` (a multiple
     of 16), or ``t`` itself when it is so already: TF32 tensor-core dots take both operands
-    K-major, and padded rows are 16-byte aligned, so the loads need no transpose and vectorise.
-    Zeros in K add nothing to the product."""
+    K-major, and padded rows are 16-byte aligned, so the loads need no transpose and vectorise
+    (and a descriptor can address them). Zeros in K add nothing to the product."""
     k = t.shape[1]
     if k == k_padded and t.is_contiguous():
         return t
@@ -48,9 +108,95 @@ def _k_major(t: torch.Tensor, k_padded: int) -> torch.Tensor:
     if k_padded > k:
         out[:, k:].zero_()
     return out
+
+
+def _pack(a: torch.Tensor, b_nk: torch.Tensor, K: int) -> tuple:
+    """(a, b, sbk, sbn, K) with both operands K-major and K padded to a multiple of 16."""
+    K = triton.cdiv(K, 16) * 16
+    a, b = _k_major(a, K), _k_major(b_nk, K)
+    return a, b, b.stride(1), b.stride(0), K
 '''
 """``PACK = 1``: both operands go through ``_k_major`` first, since TF32 dots run far faster on
-K-major operands than the copy costs (figures: bench/port/README.md, "Template seeds")."""
+K-major operands than the copy costs (figures: bench/port/README.md, "Template seeds");
+``PACK = 2``: only when a descriptor could not read them otherwise."""
+
+PLAN_HELPER = f'''
+
+def _major(t: torch.Tensor, s_rows: int, s_k: int) -> int | None:
+    """How a TMA descriptor can read an operand of logical shape (rows, K) with these strides:
+    1 K-major, 0 rows-major, None not at all (a descriptor needs a 16-byte aligned base and row
+    stride, and a unit stride along its last dim)."""
+    size = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if s_k == 1 and s_rows * size % 16 == 0:
+        return 1
+    if s_rows == 1 and s_k * size % 16 == 0:
+        return 0
+    return None
+
+
+def _addressable(a: torch.Tensor, b: torch.Tensor, sbk: int, sbn: int) -> bool:
+    """Whether descriptors can read ``a`` (K-major) and ``b`` (logical (K, N) strides) as given."""
+    return _major(a, a.stride(0), a.stride(1)) == 1 and _major(b, sbn, sbk) is not None
+
+
+def _index_64(M: int, N: int) -> bool:
+    """Whether the output's flat indices pass a 32-bit int."""
+    return M * N >= 2 ** 31
+
+
+def _split_k(tiles: int, k_tiles: int, programs: int) -> int:
+    """K slices a tile's product is split into: ``SPLIT_K`` when set, else enough to give every
+    program work when the output has fewer tiles than programs, keeping at least 4 K steps a
+    slice (the partials are fp32 and summed by a second kernel, so splitting where tiles
+    already fill the GPU only adds traffic)."""
+    if SPLIT_K:
+        return max(1, min(SPLIT_K, k_tiles))
+    if tiles * 2 > programs:
+        return 1
+    return max(1, min(programs // tiles, k_tiles // 4))
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Global memory for descriptors built on the device (``tl.make_tensor_descriptor``),
+    which Triton asks of the allocator it was given (``triton.set_allocator``)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _tile(limit: int, extent: int) -> int:
+    """A tile side no larger than needed: a 1-column product does not run 256-wide tiles."""
+    return min(limit, max(16, triton.next_power_of_2(extent)))
+
+
+def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
+          splits: bool = True) -> tuple[tuple[int], int, dict]:
+    """(grid, K slices, constexprs) of a product of ``a`` with each ``(b, sbk, sbn)`` of ``bs``
+    (read through logical (K, N) strides): tiles, split, and whether descriptors address every
+    operand (A K-major, all B operands in one orientation)."""
+    bm, bn = _tile(BLOCK_M, M), _tile(block_n, N)
+    size = a.element_size()
+    b_majors = {{_major(b, sbn, sbk) for b, sbk, sbn in bs}}
+    b_major = b_majors.pop() if len(b_majors) == 1 else None
+    tma = bool(TMA) and _major(a, a.stride(0), a.stride(1)) == 1 and b_major is not None
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    programs = _sms(a)
+    split = _split_k(tiles, triton.cdiv(K, BLOCK_K), programs) if splits else 1
+    smem = (num_stages * (bm + len(bs) * bn) * BLOCK_K + bm * bn // (1 + SUBTILE)) * size
+    if tma and a.is_cuda:
+        triton.set_allocator(_scratch)
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K=K % BLOCK_K == 0, TMA=tma,
+                INDEX_64=_index_64(M, N),
+                B_KMAJOR=b_major == 1,
+                TMA_STORE=tma and bool(TMA_STORE) and split == 1 and N * size % 16 == 0 and smem <= {SMEM_PER_PROGRAM},
+                FLATTEN=not WARP_SPECIALIZE, WARP_SPECIALIZE=bool(WARP_SPECIALIZE) and tma, SUBTILE=SUBTILE,
+                num_warps=num_warps, num_stages=num_stages)
+    items = tiles * split
+    return (min(items, programs) if PERSISTENT else items,), split, meta
+'''
+"""What the generated forward decides per call, from the operands it is given: descriptors
+only where they can address the operands, a descriptor store only where the output tile's
+staging buffer fits beside the pipeline's stages in shared memory."""
 
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
 MLP_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"], ["BLOCK_K", "BLOCK_N"]],
@@ -59,34 +205,195 @@ MLP_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"], ["BLOC
 two B tiles and keeps two accumulators (it is the larger of the MLP's two kernels). Rendered
 with the dots' precision (``common.resources``), which decides the register limit."""
 
+CONSTEXPRS = ["BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr",
+              "EVEN_K: tl.constexpr, TMA: tl.constexpr, B_KMAJOR: tl.constexpr",
+              "TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, INDEX_64: tl.constexpr",
+              "SUBTILE: tl.constexpr"]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One B operand of a kernel: its pointer and logical (K, N) stride arguments."""
+
+    ptr: str
+    sk: str
+    sn: str
+    tile: str       # the loaded tile's name in the K loop
+
+
+def _descriptors(bs: list[Operand], store: str) -> str:
+    """Descriptor creation, once a program: A (K-major: the forward's ``x.reshape(-1, K)``), each
+    B (in the orientation its strides allow) and, for a descriptor store, the output."""
+    lines = ["if TMA:",
+             "    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], "
+             "block_shape=[BLOCK_M, BLOCK_K])"]
+    for b in bs:
+        lines += ["    if B_KMAJOR:",
+                  f"        {b.tile}_desc = tl.make_tensor_descriptor({b.ptr}, shape=[N, K], strides=[{b.sn}, 1], "
+                  "block_shape=[BLOCK_N, BLOCK_K])",
+                  "    else:",
+                  f"        {b.tile}_desc = tl.make_tensor_descriptor({b.ptr}, shape=[K, N], strides=[{b.sk}, 1], "
+                  "block_shape=[BLOCK_K, BLOCK_N])"]
+    lines += ["    if TMA_STORE:",
+              f"        c_desc = tl.make_tensor_descriptor({store}, shape=[M, N], strides=[N, 1], "
+              "block_shape=[BLOCK_M, BLOCK_N // (1 + SUBTILE)])"]
+    return "".join(f"    {line}\n" for line in lines)
+
+
+def _pointer_setup(bs: list[Operand]) -> list[str]:
+    """Pointer-path tile origins. Rows past the edge are clamped to the last row: an edge tile
+    re-reads a valid row instead of masking, and only its store is masked, so the K loop carries
+    no M/N bounds checks. A tile's origin is addressed in 64 bits (``rows × stride`` passes 2³¹
+    on large operands), offsets within it in 32, recomputed each K step (fewer live registers
+    than carried pointers: the 3xTF32 tile spilled with those)."""
+    lines = ["ra = tl.minimum(m0 + tl.arange(0, BLOCK_M), M - 1) - m0",
+             "rb = tl.minimum(n0 + tl.arange(0, BLOCK_N), N - 1) - n0",
+             "a_tile = a_ptr + m0.to(tl.int64) * sam"]
+    return lines + [f"{b.tile}_tile = {b.ptr} + n0.to(tl.int64) * {b.sn}" for b in bs]
+
+
+def _loads(bs: list[Operand]) -> list[str]:
+    """K-loop loads: through the descriptors, or the pointers (K masked unless ``EVEN_K``)."""
+    def pointer(masked: bool) -> list[str]:
+        mask_a = ", mask=kk[None, :] < K, other=0.0" if masked else ""
+        mask_b = ", mask=kk[:, None] < K, other=0.0" if masked else ""
+        return ([f"a = tl.load(a_tile + ra[:, None] * sam + kk[None, :] * sak{mask_a})"]
+                + [f"{b.tile} = tl.load({b.tile}_tile + kk[:, None] * {b.sk} + rb[None, :] * {b.sn}{mask_b})"
+                   for b in bs])
+    lines = ["if TMA:",
+             "    k0 = kt * BLOCK_K",
+             "    a = a_desc.load([m0, k0])"]
+    for b in bs:
+        lines += ["    if B_KMAJOR:",
+                  f"        {b.tile} = {b.tile}_desc.load([n0, k0]).T",
+                  "    else:",
+                  f"        {b.tile} = {b.tile}_desc.load([k0, n0])"]
+    lines += ["else:", "    kk = kt * BLOCK_K + tl.arange(0, BLOCK_K)", "    if EVEN_K:"]
+    lines += [f"        {line}" for line in pointer(False)]
+    lines += ["    else:"] + [f"        {line}" for line in pointer(True)]
+    return lines
+
+
 TILE_ORDER = """\
-    pid = tl.program_id(0)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    group = pid // (GROUP_M * grid_n)
-    first_m = group * GROUP_M
-    size_m = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % size_m)
-    pid_n = (pid % (GROUP_M * grid_n)) // size_m
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    ra = rm % M
-    rb = rn % N
-    cmask = (rm[:, None] < M) & (rn[None, :] < N)
-"""
-"""Loads read rows ``ra``/``rb``, the tile's rows wrapped into range (Triton's matmul tutorial
-does the same): an edge tile re-reads valid rows instead of masking, and only its store is
-masked, so the K loop carries no M/N bounds checks."""
-CONSTEXPRS = ("BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, "
-              "EVEN_K: tl.constexpr")
+tile = item % tiles
+group = tile // (GROUP_M * num_n)
+first_m = group * GROUP_M
+size_m = min(num_m - first_m, GROUP_M)
+pid_m = first_m + (tile % size_m)
+pid_n = (tile % (GROUP_M * num_n)) // size_m
+m0 = pid_m * BLOCK_M
+n0 = pid_n * BLOCK_N
+k_lo = item // tiles * k_slice
+k_hi = tl.minimum(k_lo + k_slice, k_tiles)"""
+"""Grouped order: ``GROUP_M`` consecutive tiles share their B column block and walk down A,
+so programs running at once touch few distinct A and B blocks (L2 reuse). A work item is a
+tile and a K slice (``split``); slices of one tile are ``tiles`` items apart."""
+
+def output_index(n0: str, width: str) -> list[str]:
+    """The output (sub)tile's rows, columns, mask and flat indices: 64-bit only for outputs past
+    2³¹ elements (a 64-bit index, and the epilogue operands' ``% n`` on it, cost the 3xTF32 tile
+    24 bytes of spills)."""
+    return ["rm = m0 + tl.arange(0, BLOCK_M)",
+            f"rn = {n0} + tl.arange(0, {width})",
+            "cmask = (rm[:, None] < M) & (rn[None, :] < N)",
+            "if INDEX_64:",
+            "    offs = rm[:, None].to(tl.int64) * N + rn[None, :]",
+            "else:",
+            "    offs = rm[:, None] * N + rn[None, :]"]
 
 
-def launch(k: str, block_n: str = "BLOCK_N") -> str:
-    """The launch's keyword arguments, the tile width from the tunable ``block_n``; ``EVEN_K``
-    (K in whole ``BLOCK_K`` steps) drops the K loop's last bounds check too."""
-    return (f"BLOCK_M=BLOCK_M, BLOCK_N={block_n}, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K={k} % BLOCK_K == 0, "
-            "num_warps=num_warps, num_stages=num_stages")
+def _epilogue(epilogue: common.Chain) -> list[str]:
+    """The elementwise chain on ``acc``, its operands read at the output's flat index."""
+    return [*epilogue.full_loads("offs", "cmask"), *epilogue.lines]
+
+
+def _store(result: str) -> list[str]:
+    return ["if TMA_STORE:",
+            f"    c_desc.store([m0, nb], ({result}).to(c_ptr.dtype.element_ty))",
+            "else:",
+            f"    tl.store(c_ptr + offs, {result}, mask=cmask)"]
+
+
+def _subtiled(accs: list[str], finish: list[str]) -> list[str]:
+    """``finish`` on the whole tile, or (``SUBTILE``) on each half of its columns in turn, so
+    that the epilogue's operands and results for only half a tile are live at once: a 128×256
+    tile with a residual operand spilled 424 bytes a thread whole."""
+    def half(part: str, nb: str) -> list[str]:
+        return [*(f"{acc} = {acc}_{part}" for acc in accs), f"nb = {nb}", *output_index("nb", "BLOCK_N // 2"),
+                *finish]
+    split = [f"{acc}_lo, {acc}_hi = tl.split(tl.permute(tl.reshape({acc}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))"
+             for acc in accs]
+    whole = ["nb = n0", *output_index("nb", "BLOCK_N"), *finish]
+    return ["if SUBTILE:", *(f"    {line}" for line in split + half("lo", "n0") + half("hi", "n0 + BLOCK_N // 2")),
+            "else:", *(f"    {line}" for line in whole)]
+
+
+def _indent(lines: list[str], depth: int) -> str:
+    return "".join(f"{'    ' * depth}{line}\n" for line in lines)
+
+
+def tile_kernel(name: str, args: str, bs: list[Operand], accs: list[str], finish: list[str],
+                split: bool, precision: str) -> str:
+    """A persistent matmul kernel over (tile, K slice) work items. ``finish`` turns the
+    accumulators into the stored tile (epilogue and store); with ``split`` a slice of a split
+    product stores its fp32 partial to ``ws_ptr`` instead and ``splitk_kernel`` finishes."""
+    dots = [f"{acc} = _dot_acc(a, {b.tile}, {acc}, \"{precision}\")" for acc, b in zip(accs, bs, strict=True)]
+    head = ["num_m = tl.cdiv(M, BLOCK_M)", "num_n = tl.cdiv(N, BLOCK_N)", "tiles = num_m * num_n",
+            "k_tiles = tl.cdiv(K, BLOCK_K)", f"k_slice = tl.cdiv(k_tiles, {'SPLIT_K' if split else '1'})"]
+    items = "tiles * SPLIT_K" if split else "tiles"
+    body = [*TILE_ORDER.splitlines(),
+            *[f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for acc in accs],
+            "if not TMA:", *[f"    {line}" for line in _pointer_setup(bs)],
+            "for kt in tl.range(k_lo, k_hi, warp_specialize=WARP_SPECIALIZE):",
+            *[f"    {line}" for line in _loads(bs) + dots]]
+    if split:
+        partial = [*output_index("n0", "BLOCK_N"),
+                   f"tl.store(ws_ptr + (item // tiles).to(tl.int64) * M * N + offs, {accs[0]}, mask=cmask)"]
+        body += ["if SPLIT_K > 1:", *(f"    {line}" for line in partial),
+                 "else:", *(f"    {line}" for line in _subtiled(accs, finish))]
+    else:
+        body += _subtiled(accs, finish)
+    pad = " " * (len(name) + 5)
+    constexprs = f",\n{pad}".join(CONSTEXPRS + (["SPLIT_K: tl.constexpr"] if split else []))
+    return (f"\n\n@triton.jit\ndef {name}({args},\n{pad}{constexprs}):\n"
+            + _indent(head, 1) + _descriptors(bs, "c_ptr")
+            + f"    for item in tl.range(tl.program_id(0), {items}, tl.num_programs(0), flatten=FLATTEN):\n"
+            + _indent(body, 2))
+
+
+def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
+    """``c = epilogue(a @ b)``, split-K capable."""
+    finish = _epilogue(epilogue) + _store(epilogue.result or "acc")
+    args = (f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args()}"
+            f"{epilogue.full_constexprs()}")
+    return tile_kernel(name, args, [Operand("b_ptr", "sbk", "sbn", "b")], ["acc"], finish, True, precision)
+
+
+def splitk_kernel(epilogue: common.Chain) -> str:
+    """The sum of a split product's fp32 partials, slice by slice in a fixed order, then the
+    epilogue and the store: a memory-bound pass over ``SPLIT_K × M × N`` floats."""
+    lines = ["m0 = tl.program_id(0) * BLOCK_M", "n0 = tl.program_id(1) * BLOCK_N", *output_index("n0", "BLOCK_N"),
+             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+             "for s in range(SPLIT_K):",
+             "    acc += tl.load(ws_ptr + (s * M).to(tl.int64) * N + offs, mask=cmask, other=0.0)",
+             *_epilogue(epilogue), f"tl.store(c_ptr + offs, {epilogue.result or 'acc'}, mask=cmask)"]
+    return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()}"
+            f"{epilogue.full_constexprs()},\n                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+            "INDEX_64: tl.constexpr):\n" + _indent(lines, 1))
+
+
+SPLITK_TILE = (32, 128)
+"""The split-K sum's tile: 4096 fp32 partials a slice, coalesced along N."""
+
+
+GATE_UP = [Operand("w1_ptr", "s1k", "s1n", "b1"), Operand("w3_ptr", "s3k", "s3n", "b3")]
+
+
+def gate_up_kernel(precision: str) -> str:
+    """``h = silu(a W1ᵀ) * (a W3ᵀ)``: both products from one read of each A tile."""
+    finish = [*_epilogue(common.Chain()), "h = acc1 / (1.0 + tl.exp(-acc1)) * acc3", *_store("h")]
+    args = "a_ptr, w1_ptr, w3_ptr, c_ptr, M, N, K, sam, sak, s1k, s1n, s3k, s3n"
+    return tile_kernel("gate_up_kernel", args, GATE_UP, ["acc1", "acc3"], finish, False, precision)
 
 
 @dataclass
@@ -101,57 +408,32 @@ class Matmul:
     half: bool = False          # fp16/bf16 operands
 
 
-def _loads(targets: list[tuple[str, str, str, str]]) -> str:
-    """K-loop loads of ``name = ptr[...]`` for ``(name, ptr, stride_k, stride_other)``; the first
-    is the A tile (rows × K), the rest B tiles (K × columns); unmasked when ``EVEN_K``."""
-    def load(name: str, ptr: str, sk: str, so: str, is_a: bool, masked: bool) -> str:
-        offs = f"ra[:, None] * {so} + kk[None, :] * {sk}" if is_a else f"kk[:, None] * {sk} + rb[None, :] * {so}"
-        mask = f", mask={'kk[None, :]' if is_a else 'kk[:, None]'} < K, other=0.0" if masked else ""
-        return f"{name} = tl.load({ptr} + {offs}{mask})"
-
-    def block(masked: bool) -> str:
-        return "".join(f"            {load(*t, i == 0, masked)}\n" for i, t in enumerate(targets))
-    return f"        if EVEN_K:\n{block(False)}        else:\n{block(True)}"
-
-
-def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
-    loads = "".join(f"    {line}\n" for line in epilogue.loads("rm[:, None] * N + rn[None, :]", "cmask"))
-    lines = "".join(f"    {line}\n" for line in epilogue.lines)
-    return f'''
-
-@triton.jit
-def {name}(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args()},
-{" " * (len(name) + 5)}{CONSTEXPRS}):
-{TILE_ORDER}    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-{_loads([("a", "a_ptr", "sak", "sam"), ("b", "b_ptr", "sbk", "sbn")])}        acc += _dot(a, b, "{precision}")
-{loads}{lines}    tl.store(c_ptr + rm[:, None] * N + rn[None, :], {epilogue.result or "acc"}, mask=cmask)
-'''
-
-
-GATE_UP_LOADS = [("a", "a_ptr", "sak", "sam"), ("b1", "w1_ptr", "s1k", "s1n"), ("b3", "w3_ptr", "s3k", "s3n")]
-
-
-def gate_up_kernel(precision: str) -> str:
-    return f'''
-
-@triton.jit
-def gate_up_kernel(a_ptr, w1_ptr, w3_ptr, h_ptr, M, N, K, sam, sak, s1k, s1n, s3k, s3n,
-                   {CONSTEXPRS}):
-{TILE_ORDER}    acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-{_loads(GATE_UP_LOADS)}        acc1 += _dot(a, b1, "{precision}")
-        acc3 += _dot(a, b3, "{precision}")
-    h = acc1 / (1.0 + tl.exp(-acc1)) * acc3
-    tl.store(h_ptr + rm[:, None] * N + rn[None, :], h, mask=cmask)
-'''
-
-
 def _strides(b: str, transposed: bool) -> str:
     return f"{b}.stride(1), {b}.stride(0)" if transposed else f"{b}.stride(0), {b}.stride(1)"
+
+
+LAUNCH_HELPER = f'''
+
+def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue, tensors=0):
+    """``c = epilogue(a @ b)`` for ``b`` of logical (K, N) strides ``sbk``, ``sbn``; the epilogue's
+    first ``tensors`` operands are (tensor, numel) pairs, read without wrapping when full-size."""
+    grid, split, meta = _plan(a, [(b, sbk, sbn)], M, N, K, block_n)
+    full = {{f"T{{i}}_FULL": epilogue[2 * i + 1] == M * N for i in range(tensors)}}
+    ws = torch.empty((split, M, N), device=c.device, dtype=torch.float32) if split > 1 else c
+    matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(0), a.stride(1), sbk, sbn, *epilogue, SPLIT_K=split, **meta,
+                        **full)
+    if split > 1:
+        grid = (triton.cdiv(M, {SPLITK_TILE[0]}), triton.cdiv(N, {SPLITK_TILE[1]}))
+        splitk_kernel[grid](ws, c, M, N, split, *epilogue, BLOCK_M={SPLITK_TILE[0]}, BLOCK_N={SPLITK_TILE[1]},
+                            INDEX_64=_index_64(M, N), **full)
+    return c
+'''
+
+
+def _epilogue_args(epilogue: common.Chain) -> str:
+    """The epilogue's operands as a tuple expression for ``_launch``."""
+    args = epilogue.call_args("shape").removeprefix(", ")
+    return f"({args},)" if args else "()"
 
 
 def forward(op: Matmul, signature: str, name: str = "forward") -> str:
@@ -164,27 +446,38 @@ def {name}(self, {signature}):
     N = {n}
     shape = torch.Size((*{op.a}.shape[:-1], N))
     b, sbk, sbn = {op.b}, {_strides(op.b, op.transposed)}
-    if PACK:
-        K = triton.cdiv(K, 16) * 16
-        a, b = _k_major(a, K), _k_major({b_nk}, K)
-        sbk, sbn = b.stride(1), b.stride(0)
+    if PACK == 1 or (PACK == 2 and TMA and not _addressable(a, b, sbk, sbn)):
+        a, b, sbk, sbn, K = _pack(a, {b_nk}, K)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
-    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), sbk, sbn{op.epilogue.call_args("shape")},
-                        {launch("K")})
+    _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)}, {len(op.epilogue.tensors)})
     return c.reshape(shape)
 '''
 
 
-def render(op: Matmul, signature: str, imports: list[str], init: str, what: str) -> tuple[str, str]:
+def configurations(op: Matmul) -> list[dict[str, int]]:
+    """The known-good starts for this product, the seed first: ``SM90_STARTS`` of its dots, with
+    the epilogue subtiled when it reads tensor operands (whole, a 128×256 tile with a residual
+    spilled)."""
+    return [{**s, "SUBTILE": int(bool(op.epilogue.tensors))} for s in SM90_STARTS[dots_kind(op.precision, op.half)]]
+
+
+def _matmul_source(op: Matmul, doc: str, imports: list[str], values: dict[str, list[int]],
+                   extra_values: dict[str, int], extra: str, kernels: str, model: str) -> str:
+    """The candidate: ``values`` declared, set to the first configuration (with
+    ``extra_values``, a composed template's own), ``STARTS`` listing them all."""
     helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
-    source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
-                            f"store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, start(op.precision, op.half),
-                                common.resources(RESOURCES, op.precision)) + helper + PACK_HELPER
-              + common.DOT_HELPER
-              + matmul_kernel("matmul_kernel", op.epilogue, op.precision)
-              + common.model_class(init, forward(op, signature)))
+    starts = [{**s, **extra_values} for s in configurations(op)]
+    return (common.header(doc, imports) + common.tunables(values, starts[0], common.resources(RESOURCES, op.precision))
+            + f"STARTS = {starts!r}\n" + extra
+            + helper + PACK_HELPER + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
+            + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + splitk_kernel(op.epilogue)
+            + kernels + model)
+
+
+def render(op: Matmul, signature: str, imports: list[str], init: str, what: str) -> tuple[str, str]:
+    doc = (f"Template: persistent matmul ({what}) with the epilogue fused before the store, TMA "
+           f"descriptor loads where the operands allow, split-K for skinny products; {op.precision} dots.")
+    source = _matmul_source(op, doc, imports, TUNE_VALUES, {}, "", "", common.model_class(init, forward(op, signature)))
     return source, f"template: matmul ({what}) with fused epilogue"
 
 
@@ -192,25 +485,14 @@ def render_then_rowwise(op: Matmul, row: rowwise.Rowwise, signature: str, import
                         what: str) -> tuple[str, str]:
     """A matmul with its fused epilogue, then a row operation over the last dim of its result
     (``softmax(gelu(x Wᵀ + b))``): two kernels, since a row spans many output tiles. The row
-    kernel's elements per thread tune separately (``ROW_PER_THREAD``)."""
-    helper = common.OPERAND_HELPER if op.epilogue.tensors else ""
-    values = {**TUNE_VALUES, "ROW_PER_THREAD": rowwise.PER_THREAD, "ROW_STAGES": rowwise.STAGES,
-              "ROW_PER_SM": rowwise.PER_SM, "ROW_EVICT": rowwise.EVICT,
-              **({"TILE": rowwise.TILES} if row.inner else {})}
-    seed = {**start(op.precision, op.half), "ROW_PER_THREAD": 16, "ROW_PER_SM": 8, "ROW_STAGES": 1,
-            "ROW_EVICT": 0, "TILE": 4096}
-    methods = (forward(op, signature, "_matmul")
-               + rowwise.forward(row, "y", "_rowwise", "ROW_PER_THREAD", "ROW_PER_SM", "ROW_STAGES",
-                                 "ROW_EVICT")
+    kernel's tunables carry a ``ROW_`` prefix."""
+    values = {**TUNE_VALUES, **rowwise.tunable_values("ROW_")}
+    methods = (forward(op, signature, "_matmul") + rowwise.forward(row, "y", "_rowwise", "ROW_")
                + f"\ndef forward(self, {signature}):\n    return self._rowwise(self._matmul({signature}))\n")
-    source = (common.header(f"Template: tiled matmul ({what}) with the epilogue fused before the "
-                            f"store, then {rowwise.TITLES[row.kind]} over each row; {op.precision} dots.",
-                            imports)
-              + common.tunables(values, seed, common.resources(RESOURCES, op.precision))
-              + ("" if row.inner else "TILE = 4096\n")
-              + helper + PACK_HELPER + common.DOT_HELPER
-              + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + rowwise.kernel(row)
-              + common.model_class(init, methods))
+    doc = (f"Template: persistent matmul ({what}) with the epilogue fused before the store, then "
+           f"{rowwise.TITLES[row.kind]} over each row; {op.precision} dots.")
+    source = _matmul_source(op, doc, imports, values, rowwise.seed("ROW_"), rowwise.HELPERS, rowwise.kernels(row),
+                            common.model_class(init, methods))
     return source, f"template: matmul ({what}) with fused epilogue, then {rowwise.TITLES[row.kind]}"
 
 
@@ -229,35 +511,49 @@ def mlp_forward(op: GatedMLP, signature: str) -> str:
 def forward(self, {signature}):
     a = {op.x}.reshape(-1, {op.x}.shape[-1])
     M, K = a.shape
-    H = {op.w1}.shape[0]
+    w1, w3, w2 = {op.w1}, {op.w3}, {op.w2}
+    if PACK == 2 and TMA and not all(_addressable(a, w, w.stride(1), w.stride(0)) for w in (w1, w3)):
+        a, w1, _, _, K = _pack(a, w1, K)
+        w3 = _k_major(w3, K)
+    H = w1.shape[0]
     h = torch.empty((M, H), device=a.device, dtype=a.dtype)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(H, BLOCK_N),)
-    gate_up_kernel[grid](a, {op.w1}, {op.w3}, h, M, H, K, a.stride(0), a.stride(1),
-                         {_strides(op.w1, True)}, {_strides(op.w3, True)}, {launch("K")})
-    N = {op.w2}.shape[0]
+    grid, _, meta = _plan(a, [(w1, w1.stride(1), w1.stride(0)), (w3, w3.stride(1), w3.stride(0))], M, H, K,
+                          BLOCK_N, splits=False)
+    gate_up_kernel[grid](a, w1, w3, h, M, H, K, a.stride(0), a.stride(1), {_strides("w1", True)},
+                         {_strides("w3", True)}, **meta)
+    N = w2.shape[0]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, DOWN_BLOCK_N),)
-    matmul_kernel[grid](h, {op.w2}, c, M, N, H, h.stride(0), h.stride(1), {_strides(op.w2, True)},
-                        {launch("H", "DOWN_BLOCK_N")})
+    s2k, s2n = w2.stride(1), w2.stride(0)
+    if PACK == 2 and TMA and not _addressable(h, w2, s2k, s2n):
+        h, w2, s2k, s2n, H = _pack(h, w2, H)
+    _launch(h, w2, s2k, s2n, c, M, N, H, DOWN_BLOCK_N, ())
     return c.reshape(*{op.x}.shape[:-1], N)
 '''
 
 
-MLP_VALUES = {**{k: v for k, v in TUNE_VALUES.items() if k != "PACK"}, "DOWN_BLOCK_N": [64, 128, 256]}
-"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: nothing to pack. The down
+MLP_VALUES = {**TUNE_VALUES, "PACK": [0, 2], "DOWN_BLOCK_N": [64, 128, 256]}
+"""The gated MLP's weights are ``nn.Linear`` ones, K-major already: they are packed only where a
+descriptor cannot read them (``PACK = 2``: a hidden or model size whose rows are not 16-byte
+aligned), which copies the weights every call. The down
 projection's tile width tunes apart from the gate/up kernel's, whose two accumulators make its
-``BLOCK_N`` count twice: a 128×256 tile is the widest a plain 8-warp matmul holds, the gate/up
-kernel's equivalent is 128×128."""
+``BLOCK_N`` count twice: its 128×128 tile does the work of a plain 128×256 one."""
+MLP_SEED = {"BLOCK_N": 128, "DOWN_BLOCK_N": 256, "PACK": 2}
+"""The gate/up kernel at 128×(2·128), the down projection at the plain kernel's 128×256."""
 
 
 def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> tuple[str, str]:
-    source = (common.header("Template: gated MLP as two kernels: fused gate/up projections with the "
-                            f"silu-mul epilogue, then the down projection; {op.precision} dots.",
+    seed = {k: v for k, v in {**start(op.precision, op.half), **MLP_SEED}.items() if k in MLP_VALUES}
+    kind = dots_kind(op.precision, op.half)
+    starts = [{k: v for k, v in {**s, **MLP_SEED, "DOWN_BLOCK_N": s["BLOCK_N"], "PACK": 2 * s["TMA"]}.items()
+               if k in MLP_VALUES} for s in SM90_STARTS[kind]]
+    starts[0] = seed
+    source = (common.header("Template: gated MLP as two persistent kernels: fused gate/up projections "
+                            f"with the silu-mul epilogue, then the down projection; {op.precision} dots.",
                             imports)
-              + common.tunables(MLP_VALUES, {**start(op.precision, op.half), "DOWN_BLOCK_N": 128},
-                                common.resources(MLP_RESOURCES, op.precision))
-              + common.DOT_HELPER
+              + common.tunables(MLP_VALUES, seed, common.resources(MLP_RESOURCES, op.precision))
+              + f"STARTS = {starts!r}\n"
+              + PACK_HELPER + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
               + gate_up_kernel(op.precision)
-              + matmul_kernel("matmul_kernel", common.Chain(), op.precision)
+              + matmul_kernel("matmul_kernel", common.Chain(), op.precision) + splitk_kernel(common.Chain())
               + common.model_class(init, mlp_forward(op, signature)))
     return source, "template: gated MLP (fused gate/up + silu-mul, then down)"

@@ -1,11 +1,26 @@
-"""Softmax, log-softmax, LayerNorm and RMSNorm: one program reads a whole slice into registers,
-reduces it and writes the result, so each element crosses memory once each way (eager runs
-these as several kernels, or one kernel with an extra pass).
+"""Softmax, log-softmax, LayerNorm and RMSNorm: each element crosses memory once each way, at
+any slice width (eager runs these as several kernels, or one kernel with an extra pass).
 
-The input is viewed as ``(outer, R, inner)`` with the normalised/reduced extent ``R`` in the
-middle, so any ``dim`` works without a transposing copy: a program owns one ``outer`` index and
-``BLOCK_I`` neighbouring ``inner`` columns (coalesced when ``inner > 1``; a plain row when
-``inner == 1``).
+The input is viewed as ``(outer, R, inner)`` with the normalised extent ``R`` in the middle, so
+any ``dim`` works without a transposing copy. A *column* is one slice: an outer row when
+``inner == 1`` (its ``R`` elements contiguous), else one ``(outer, inner)`` position (``R``
+elements ``inner`` apart, neighbouring columns contiguous). Two kernels:
+
+- **In registers** (``R`` up to ``MAX_SLICE``): a program holds a ``BLOCK_R × BLOCK_C`` tile,
+  ``BLOCK_C`` whole slices side by side (several rows a program for narrow rows, so that a tile
+  is ``TILE`` elements however narrow the row), reduces it and writes the result. Programs are
+  persistent (``PER_SM`` an SM) and walk tiles with ``STAGES`` tiles' loads in flight.
+- **Split** (wider slices, or too few slices to fill the GPU): a slice is cut into chunks of
+  ``CHUNK`` elements. A *stats* item reads one chunk and writes its partial statistics (running
+  max and sum of exponentials; Chan's mean and squared deviations; sum of squares); an *apply*
+  item of the same chunk, once every stats item of its slice is done, combines the slice's
+  partials, reads the chunk again and writes the result. Items are handed out in one order
+  through an atomic ticket, with stats items running ``lead`` items ahead of the apply items,
+  so that the second read of a chunk comes soon after the first and hits L2: the slice crosses
+  memory about once each way, where a two-pass kernel reads it twice from memory. An apply item
+  waits only on stats items with earlier tickets, which programs already running took and
+  finish without waiting: no deadlock however many programs are resident, and in Triton's
+  interpreter (programs run one after another) every wait is already satisfied.
 """
 
 from __future__ import annotations
@@ -26,6 +41,8 @@ BODIES: dict[str, list[str]] = {
         "y = z - tl.log(tl.sum(tl.exp(z), axis=0))[None, :]",
     ],
     "layer_norm": [
+        "shift = tl.load(x_ptr + base, mask=c < cols, other=0.0).to(tl.float32)",
+        "x = tl.where(mask, x - shift, 0.0)",
         "d = tl.where(mask, x - (tl.sum(x, axis=0) / R)[None, :], 0.0)",
         "y = d / tl.sqrt(tl.sum(d * d, axis=0) / R + eps)[None, :]",
     ],
@@ -33,13 +50,74 @@ BODIES: dict[str, list[str]] = {
         "y = x / tl.sqrt(tl.sum(x * x, axis=0) / R + eps)[None, :]",
     ],
 }
+"""LayerNorm's statistics are taken of ``x - shift``, the slice's first element: the mean of
+inputs far from zero (the gate's offset inputs, 100–200σ) then loses nothing to the size of the
+sum, and the result is the same for any shift."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A row operation split into chunks: the partial statistics a stats item keeps for each
+    column (``names``), how a tile updates them, how the apply item combines the slice's
+    partials (loaded as ``p_<name>``, ``BLOCK_P × BLOCK_C``, with ``n_p`` the chunk lengths)
+    into the final statistics, and the result from them."""
+
+    names: tuple[str, ...]
+    init: tuple[str, ...]           # one value a name, a [BLOCK_C] vector
+    other: tuple[str, ...]          # the value of a partial beyond the last chunk
+    update: tuple[str, ...]         # statements on the tile ``x`` (masked by ``mask``)
+    combine: tuple[str, ...]        # statements leaving [BLOCK_C] vectors for ``apply``
+    apply: tuple[str, ...]          # statements leaving ``y``
+    prologue: tuple[str, ...] = ()  # statements once an item, both phases
+
+
+_SOFTMAX = dict(
+    names=("m", "s"), init=("tl.full([BLOCK_C], -float('inf'), tl.float32)", "tl.zeros([BLOCK_C], tl.float32)"),
+    other=("-float('inf')", "0.0"),
+    update=("x = tl.where(mask, x, -float('inf'))",
+            "m_new = tl.maximum(m, tl.max(x, axis=0))",
+            "s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[None, :]), axis=0)",
+            "m = m_new"),
+    combine=("m = tl.max(p_m, axis=0)",
+             "s = tl.sum(p_s * tl.exp(p_m - m[None, :]), axis=0)"))
+STATS: dict[str, Stats] = {
+    "softmax": Stats(**_SOFTMAX, apply=("y = tl.exp(x - m[None, :]) * (1.0 / s)[None, :]",)),
+    "log_softmax": Stats(**_SOFTMAX, apply=("y = x - (m + tl.log(s))[None, :]",)),
+    "layer_norm": Stats(
+        names=("mean", "m2"), init=("tl.zeros([BLOCK_C], tl.float32)", "tl.zeros([BLOCK_C], tl.float32)"),
+        other=("0.0", "0.0"),
+        prologue=("shift = tl.load(x_ptr + base, mask=c < cols, other=0.0).to(tl.float32)",),
+        update=("x = tl.where(mask, x - shift, 0.0)",
+                "n = tl.minimum(tl.maximum(R - r0, 0), t * BLOCK_R).to(tl.float32)",
+                "n_t = tl.minimum(tl.maximum(R - r_first, 0), BLOCK_R).to(tl.float32)",
+                "t_mean = tl.sum(x, axis=0) / tl.maximum(n_t, 1.0)",
+                "d = tl.where(mask, x - t_mean[None, :], 0.0)",
+                "delta = t_mean - mean",
+                "mean = mean + delta * (n_t / tl.maximum(n + n_t, 1.0))",
+                "m2 = m2 + tl.sum(d * d, axis=0) + delta * delta * (n * n_t / tl.maximum(n + n_t, 1.0))"),
+        combine=("mean = tl.sum(n_p * p_mean, axis=0) / R",
+                 "dev = p_mean - mean[None, :]",
+                 "rstd = 1.0 / tl.sqrt(tl.sum(p_m2 + n_p * dev * dev, axis=0) / R + eps)"),
+        apply=("y = (x - shift - mean[None, :]) * rstd[None, :]",)),
+    "rms_norm": Stats(
+        names=("ss",), init=("tl.zeros([BLOCK_C], tl.float32)",), other=("0.0",),
+        update=("ss = ss + tl.sum(x * x, axis=0)",),
+        combine=("rstd = 1.0 / tl.sqrt(tl.sum(p_ss, axis=0) / R + eps)",),
+        apply=("y = x * rstd[None, :]",)),
+}
+"""Chan's pairwise update keeps LayerNorm's variance exact for inputs far from zero mean (the
+gate's offset inputs, 100–200σ), where a sum of squares would cancel."""
+
 TILES = [1024, 2048, 4096, 8192]
 PER_THREAD = [4, 8, 16, 32]
-"""Slice elements each thread holds: the warps follow from the slice's size at run time, so a
+"""Slice elements each thread holds: the warps follow from the tile's size at run time, so a
 16384-wide softmax row gets 32 warps instead of spilling from 4; 64 elements always spilled, so
 the tuner is not offered them (figures: bench/port/README.md, "Template seeds")."""
 MAX_WARPS = 32
 """Triton's limit (1024 threads); each thread then has at most 64 registers."""
+MAX_SLICE = MAX_WARPS * 32 * 16
+"""The widest slice the in-register kernel holds: 32 warps at 16 fp32 elements a thread (the
+most that spilled nowhere, ``PER_THREAD``). Wider slices take the split kernel."""
 REGISTER_WARPS = 8
 """More than 16 elements a thread only up to this many warps, whose registers hold 32 fp32
 elements and their statistics; wider slices fall back to 16 elements a thread, so the seed's 32
@@ -48,14 +126,41 @@ seeds")."""
 PER_SM = [0, 1, 2, 4, 8, 16]
 STAGES = [1, 2, 3]
 EVICT = [0, 1]
-"""A program walks slices ``outer`` apart (``PER_SM`` programs an SM; 0: a program a slice, as
-Inductor launches its reductions) with ``STAGES`` slices' loads in flight (Triton's software
-pipelining), as Triton's fused-softmax tutorial does; ``EVICT = 1`` marks the input, read once,
-first out of L2. What pays depends on the slice, so all are tunable (figures:
-bench/port/README.md, "Template seeds")."""
-SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0}
+"""A program walks tiles (``PER_SM`` programs an SM; 0: a program a tile, as Inductor launches
+its reductions) with ``STAGES`` tiles' loads in flight (Triton's software pipelining), as
+Triton's fused-softmax tutorial does; ``EVICT = 1`` marks the input, read once, first out of L2.
+What pays depends on the slice, so all are tunable (figures: bench/port/README.md, "Template
+seeds")."""
+CHUNKS = [4096, 8192, 16384, 32768]
+SPLIT = [0, 1]
+"""The split kernel's chunk (elements of a slice an item reads) and ``SPLIT = 1`` to take it
+for every slice (0: for slices wider than ``MAX_SLICE``, or when slices are too few to give
+every SM a tile). A chunk is a trade: the ticket is one atomic per item, and the lead that keeps
+the apply items from waiting is ``chunks + programs`` items, all of whose data must stay in L2."""
+SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0, "CHUNK": 8192, "SPLIT": 0}
+SM90_STARTS: dict[str, list[dict[str, int]]] = {
+    "any": [SEED,
+            {**SEED, "PER_THREAD": 16, "PER_SM": 8},
+            {**SEED, "PER_SM": 0},
+            {**SEED, "STAGES": 2, "CHUNK": 16384}],
+}
+"""Known-good starting configurations on sm_90 (the row kernels are the same for every dtype:
+statistics are fp32), best first; the first is the seed (figures: bench/port/README.md,
+"Template seeds"). Each dict sets every tunable."""
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}
+
+
+def tunable_values(prefix: str = "") -> dict[str, list[int]]:
+    """The row kernels' ``TUNABLES``, named with ``prefix`` when they share a file with
+    another template's."""
+    values = {"TILE": TILES, "PER_THREAD": PER_THREAD, "STAGES": STAGES, "PER_SM": PER_SM, "EVICT": EVICT,
+              "CHUNK": CHUNKS, "SPLIT": SPLIT}
+    return {prefix + k: v for k, v in values.items()}
+
+
+def seed(prefix: str = "") -> dict[str, int]:
+    return {prefix + k: v for k, v in SEED.items()}
 
 
 @dataclass
@@ -69,62 +174,195 @@ class Rowwise:
     eps: str | None = None      # expression for eps (norms)
     weight: str | None = None   # expression for the scale
     bias: str | None = None     # expression for the shift
-    inner: bool = False         # inner > 1 at the traced size: BLOCK_I matters, tune TILE
+    inner: bool = False         # inner > 1 at the traced size (strided slices; the launch decides again)
+
+
+def _args(op: Rowwise) -> str:
+    return "".join(f", {name}" for name, e in (("w_ptr", op.weight), ("b_ptr", op.bias), ("eps", op.eps)) if e)
+
+
+def _affine(op: Rowwise) -> list[str]:
+    """Scale and shift by the normalised position ``r`` (LayerNorm's and RMSNorm's weights)."""
+    lines = []
+    if op.weight:
+        lines += ["w = tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)", "y = y * w"]
+    if op.bias:
+        lines += ["b = tl.load(b_ptr + r, mask=r < R, other=0.0).to(tl.float32)", "y = y + b"]
+    return lines
+
+
+def _load(evict: str) -> list[str]:
+    return ["if EVICT_FIRST:",
+            f"    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy='{evict}').to(tl.float32)",
+            "else:",
+            "    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)"]
+
+
+def _indent(lines: list[str] | tuple[str, ...], depth: int) -> str:
+    return "".join(f"{'    ' * depth}{line}\n" for line in lines)
+
+
+GEOMETRY_ARGS = "slabs, cols, R, s_slab, s_col, s_r"
+COLUMNS = ["c = (blk % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]",
+           "base = (blk // col_blocks).to(tl.int64) * s_slab + c.to(tl.int64) * s_col"]
+"""A block is ``BLOCK_C`` neighbouring columns of one slab; element ``r`` of column ``c`` is at
+``base + r · s_r`` (64-bit: large tensors pass 2³¹ elements)."""
 
 
 def kernel(op: Rowwise) -> str:
-    args = "out_ptr, x_ptr, outer, R, inner"
-    args += ", w_ptr" if op.weight else ""
-    args += ", b_ptr" if op.bias else ""
-    args += ", eps" if op.eps else ""
-    head = [
-        "r = tl.arange(0, BLOCK_R)[:, None]",
-        "i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)[None, :]",
-        "mask = (r < R) & (i < inner)",
-    ]
-    if op.weight:
-        head.append("w = tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)")
-    if op.bias:
-        head.append("b = tl.load(b_ptr + r, mask=r < R, other=0.0).to(tl.float32)")
-    loop = [
-        "offs = tl.cast(o, tl.int64) * R * inner + r * inner + i",
-        "if EVICT_FIRST:",
-        "    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy='evict_first').to(tl.float32)",
-        "else:",
-        "    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)",
-        *BODIES[op.kind],
-        *(["y = y * w"] if op.weight else []),
-        *(["y = y + b"] if op.bias else []),
-        "tl.store(out_ptr + offs, y, mask=mask)",
-    ]
-    body = "\n".join(f"    {line}" for line in head)
-    body += "\n    for o in tl.range(tl.program_id(0), outer, tl.num_programs(0), num_stages=STAGES):\n"
-    body += "\n".join(f"        {line}" for line in loop)
-    return (f"\n\n@triton.jit\ndef {op.kind}_kernel({args}, BLOCK_R: tl.constexpr, "
-            f"BLOCK_I: tl.constexpr, STAGES: tl.constexpr, EVICT_FIRST: tl.constexpr):\n{body}\n")
+    """The in-register kernel: a tile of whole slices a step."""
+    loop = [*COLUMNS,
+            "mask = (r < R) & (c < cols)",
+            "offs = base + r.to(tl.int64) * s_r",
+            *_load("evict_first"), *BODIES[op.kind], *_affine(op),
+            "tl.store(out_ptr + offs, y, mask=mask)"]
+    pad = " " * (len(op.kind) + 12)
+    return (f"\n\n@triton.jit\ndef {op.kind}_kernel(out_ptr, x_ptr, {GEOMETRY_ARGS}{_args(op)},\n"
+            f"{pad}BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr, EVICT_FIRST: tl.constexpr):\n"
+            "    r = tl.arange(0, BLOCK_R)[:, None]\n"
+            "    col_blocks = tl.cdiv(cols, BLOCK_C)\n"
+            "    for blk in tl.range(tl.program_id(0), slabs * col_blocks, tl.num_programs(0), num_stages=STAGES):\n"
+            + _indent(loop, 2))
 
 
-def forward(op: Rowwise, signature: str, name: str = "forward", per_thread: str = "PER_THREAD",
-            per_sm: str = "PER_SM", stages: str = "STAGES", evict: str = "EVICT") -> str:
-    """The method launching the kernel; a composed template names it and its tunables."""
-    extra = "".join(f", {e}" for e in (op.weight, op.bias, op.eps) if e)
+def split_kernel(op: Rowwise) -> str:
+    """The split kernel: stats and apply items of slice chunks, in ticket order."""
+    st = STATS[op.kind]
+    tile = ["r_first = r0 + t * BLOCK_R",
+            "r = r_first + tl.arange(0, BLOCK_R)[:, None]",
+            "mask = (r < R) & (c < cols)",
+            "offs = base + r.to(tl.int64) * s_r"]
+    stats = [*(f"{n} = {v}" for n, v in zip(st.names, st.init, strict=True)),
+             "for t in tl.range(0, CHUNK_TILES, num_stages=STAGES):",
+             *(f"    {line}" for line in [*tile, "x = tl.load(x_ptr + offs, mask=mask, other=0.0, "
+                                           "eviction_policy='evict_last').to(tl.float32)", *st.update]),
+             *(f"tl.store(part + {i} * BLOCK_C, {n})" for i, n in enumerate(st.names)),
+             "tl.debug_barrier()",
+             "tl.atomic_add(count_ptr + 1 + blk, 1, sem='release')"]
+    partials = [f"p_{n} = tl.load(prow + {i} * BLOCK_C, mask=pmask, other={o}, cache_modifier='.cg')"
+                for i, (n, o) in enumerate(zip(st.names, st.other, strict=True))]
+    apply = ["done = tl.atomic_add(count_ptr + 1 + blk, 0, sem='acquire')",
+             "while done < chunks:",
+             "    done = tl.atomic_add(count_ptr + 1 + blk, 0, sem='acquire')",
+             "pp = tl.arange(0, BLOCK_P)[:, None]",
+             "pmask = pp < chunks",
+             "prow = part_ptr + (blk * chunks + pp).to(tl.int64) * (NSTAT * BLOCK_C) + tl.arange(0, BLOCK_C)[None, :]",
+             "n_p = tl.minimum(tl.maximum(R - pp * (CHUNK_TILES * BLOCK_R), 0), CHUNK_TILES * BLOCK_R).to(tl.float32)",
+             *partials, *st.combine,
+             "for t in tl.range(0, CHUNK_TILES, num_stages=STAGES):",
+             *(f"    {line}" for line in [*tile, "x = tl.load(x_ptr + offs, mask=mask, other=0.0, "
+                                           "eviction_policy='evict_first').to(tl.float32)",
+                                           *st.apply, *_affine(op), "tl.store(out_ptr + offs, y, mask=mask)"])]
+    item = ["q = p - lead",
+            "in_lead = p < lead",
+            "alternate = (p >= lead) & (q < 2 * (total - lead))",
+            "stats = in_lead | (alternate & (q % 2 == 0))",
+            "item = tl.where(in_lead, p, tl.where(alternate, tl.where(q % 2 == 0, lead + q // 2, q // 2), p - total))",
+            "blk = item // chunks",
+            *COLUMNS,
+            "r0 = (item % chunks) * (CHUNK_TILES * BLOCK_R)",
+            *st.prologue,
+            "part = part_ptr + item.to(tl.int64) * (NSTAT * BLOCK_C) + tl.arange(0, BLOCK_C)",
+            "if stats:", *(f"    {line}" for line in stats),
+            "else:", *(f"    {line}" for line in apply)]
+    head = ["col_blocks = tl.cdiv(cols, BLOCK_C)",
+            "total = slabs * col_blocks * chunks",
+            "lead = tl.minimum(lead, total)",
+            "ticket = tl.atomic_add(count_ptr, 1)",
+            "while ticket * ITEMS < 2 * total:",
+            "    for p in range(ticket * ITEMS, tl.minimum(ticket * ITEMS + ITEMS, 2 * total)):",
+            *(f"        {line}" for line in item),
+            "    ticket = tl.atomic_add(count_ptr, 1)"]
+    name = f"{op.kind}_split_kernel"
+    return (f"\n\n@triton.jit\ndef {name}(out_ptr, x_ptr, part_ptr, count_ptr, {GEOMETRY_ARGS}{_args(op)}, "
+            f"chunks, lead,\n{' ' * (len(name) + 5)}BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, "
+            "BLOCK_P: tl.constexpr, CHUNK_TILES: tl.constexpr,\n"
+            f"{' ' * (len(name) + 5)}NSTAT: tl.constexpr, ITEMS: tl.constexpr, STAGES: tl.constexpr):\n"
+            + _indent(head, 1))
+
+
+def kernels(op: Rowwise) -> str:
+    return kernel(op) + split_kernel(op)
+
+
+SPLIT_PER_SM = 2
+"""Split-kernel programs an SM: enough loads in flight to stream at the copy rate, few enough
+that the lead (``chunks + programs`` items) stays in L2."""
+ITEMS = 2
+"""Positions a ticket covers: a stats and an apply item in the steady state, so a ticket's work
+is small beside the L2-resident lead, and tickets (atomics on one address) stay few."""
+
+GEOMETRY_HELPER = '''
+
+def _geometry(x: torch.Tensor, first: int, end: int) -> tuple[int, ...]:
+    """(slabs, columns, R, slab stride, column stride, R stride) of ``x`` viewed as
+    (outer, R, inner): plain rows when ``inner == 1``, else ``inner`` contiguous columns a slab."""
+    outer, R, inner = math.prod(x.shape[:first]), math.prod(x.shape[first:end]), math.prod(x.shape[end:])
+    if inner == 1:
+        return 1, outer, R, 0, R, 1
+    return outer, inner, R, R * inner, 1, inner
+'''
+"""Shared with the reduction template, which views its input the same way."""
+
+HELPERS = GEOMETRY_HELPER + f'''
+
+def _warps(elements: int, per_thread: int) -> int:
+    """Warps for a tile of ``elements`` at ``per_thread`` elements a thread (16 beyond
+    {REGISTER_WARPS} warps, where 32 spill)."""
+    if elements > 32 * {REGISTER_WARPS} * per_thread:
+        per_thread = min(per_thread, 16)
+    return min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(elements, 32 * per_thread)))
+
+
+def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, stages, evict, chunk, split):
+    """One row operation over ``x`` into ``out``: ``kernels`` is (in-register kernel, split
+    kernel, the split kernel's statistics a column); the first for slices it holds, the second
+    for wider ones or too few to fill the GPU."""
+    slabs, cols, R, *strides = _geometry(x, first, end)
+    sms = _sms(x)
+    block_r = triton.next_power_of_2(R)
+    block_c = max(1, min(triton.next_power_of_2(cols), tile // block_r))
+    blocks = slabs * triton.cdiv(cols, block_c)
+    if split or block_r * block_c > {MAX_SLICE} or (blocks < sms and R * block_c >= 2 * chunk):
+        _split_launch(*kernels[1:], x, out, slabs, cols, R, strides, extra, tile, per_thread, stages, chunk, sms)
+        return
+    programs = per_sm * sms if per_sm else blocks
+    kernels[0][(max(1, min(blocks, programs)),)](out, x, slabs, cols, R, *strides, *extra, BLOCK_R=block_r,
+                                               BLOCK_C=block_c, STAGES=stages, EVICT_FIRST=evict == 1,
+                                               num_warps=_warps(block_r * block_c, per_thread))
+
+
+def _split_launch(kernel, nstat, x, out, slabs, cols, R, strides, extra, tile, per_thread, stages, chunk, sms):
+    """The split kernel: chunks of about ``chunk`` elements (whole tiles of ``tile``) a block of
+    columns, {SPLIT_PER_SM} programs an SM taking tickets, stats items ``chunks + programs`` ahead."""
+    block_c = 1 if strides[2] == 1 else max(1, min(triton.next_power_of_2(cols), 64, tile // 64))
+    block_r = min(triton.next_power_of_2(R), max(1, tile // block_c))
+    tiles = max(1, chunk // (block_r * block_c))
+    chunks = triton.cdiv(R, tiles * block_r)
+    blocks = slabs * triton.cdiv(cols, block_c)
+    part = torch.empty((blocks * chunks, nstat, block_c), device=x.device, dtype=torch.float32)
+    count = torch.zeros(1 + blocks, device=x.device, dtype=torch.int32)
+    programs = {SPLIT_PER_SM} * sms
+    kernel[(min(programs, triton.cdiv(2 * blocks * chunks, {ITEMS})),)](
+        out, x, part, count, slabs, cols, R, *strides, *extra, chunks, chunks + programs,
+        BLOCK_R=block_r, BLOCK_C=block_c, BLOCK_P=triton.next_power_of_2(chunks), CHUNK_TILES=tiles,
+        NSTAT=nstat, ITEMS={ITEMS}, STAGES=stages, num_warps=_warps(block_r * block_c, per_thread))
+'''
+"""The generated file's launch logic; the tunables reach it as arguments, so a composed
+template (a matmul then a row operation) passes its own prefixed ones."""
+
+
+def forward(op: Rowwise, signature: str, name: str = "forward", prefix: str = "") -> str:
+    """The method launching the kernels; a composed template names it and prefixes its tunables."""
+    extra = ", ".join(e for e in (op.weight, op.bias, op.eps) if e)
+    tunables = ", ".join(f"{prefix}{t}" for t in ("TILE", "PER_THREAD", "PER_SM", "STAGES", "EVICT", "CHUNK",
+                                                   "SPLIT"))
     return f'''
 def {name}(self, {signature}):
     x = {op.arg}.contiguous()
-    first, end = {op.first_dim}, {op.end_dim}
-    outer, R, inner = (math.prod(x.shape[:first]), math.prod(x.shape[first:end]),
-                       math.prod(x.shape[end:]))
     out = torch.empty_like(x)
-    block_r = triton.next_power_of_2(R)
-    block_i = max(1, min(triton.next_power_of_2(inner), TILE // block_r))
-    per_thread = {per_thread} if block_r * block_i <= 32 * {REGISTER_WARPS} * {per_thread} else min({per_thread}, 16)
-    warps = min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(block_r * block_i, 32 * per_thread)))
-    columns = triton.cdiv(inner, block_i)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else outer
-    programs = triton.cdiv({per_sm} * sms, columns) if {per_sm} else outer
-    grid = (max(1, min(outer, programs)), columns)
-    {op.kind}_kernel[grid](out, x, outer, R, inner{extra}, BLOCK_R=block_r, BLOCK_I=block_i,
-                           STAGES={stages}, EVICT_FIRST={evict} == 1, num_warps=warps)
+    kernels = ({op.kind}_kernel, {op.kind}_split_kernel, {len(STATS[op.kind].names)})
+    _row_launch(kernels, x, out, {op.first_dim}, {op.end_dim}, ({extra}{"," if extra else ""}), {tunables})
     return out
 '''
 
@@ -132,12 +370,9 @@ def {name}(self, {signature}):
 def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     """(candidate source, one-line edit description)."""
     title = TITLES[op.kind]
-    values = {"TILE": TILES, "PER_THREAD": PER_THREAD, "STAGES": STAGES, "PER_SM": PER_SM, "EVICT": EVICT}
-    if not op.inner:
-        values.pop("TILE")
-    source = (common.header(f"Template: {title} over one extent in a single pass (whole slice in "
-                            "registers, fp32 statistics), persistent programs.", imports)
-              + common.tunables(values, SEED)
-              + ("" if op.inner else "TILE = 4096\n")
-              + kernel(op) + common.model_class(init, forward(op, signature)))
+    what = "strided slices" if op.inner else "rows"
+    source = (common.header(f"Template: {title} over {what} (whole slices in registers, or split into "
+                            "chunks chained through L2; fp32 statistics), persistent programs.", imports)
+              + common.tunables(tunable_values(), seed()) + f"STARTS = {SM90_STARTS['any']!r}\n"
+              + common.SMS_HELPER + HELPERS + kernels(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {title} (fused, one pass)"
