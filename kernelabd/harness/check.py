@@ -133,8 +133,7 @@ class Check:
         self._early = dict(early or {})
 
     def spec(self, label: str) -> SandboxSpec:
-        return SandboxSpec(device=self.device, user=self.config.sandbox.user,
-                           memory_gb=self.config.sandbox.memory_gb, label=label)
+        return SandboxSpec.from_config(self.config.sandbox, self.device, label)
 
     @contextmanager
     def stage(self, name: str, message: str) -> Iterator[None]:

@@ -242,8 +242,7 @@ class Loop:
         from kernelabd.fingerprint.sandboxed import fingerprint_in_sandbox
 
         self.progress(f"candidate #{cand.id}: fingerprinting its machine code")
-        spec = SandboxSpec(device=self.device, user=self.config.sandbox.user,
-                           memory_gb=self.config.sandbox.memory_gb, label="fingerprint")
+        spec = SandboxSpec.from_config(self.config.sandbox, self.device, "fingerprint")
         found = fingerprint_in_sandbox(self.reference, path, spec)
         data["fingerprint"] = found
         if "kernels" in found:
@@ -268,8 +267,7 @@ class Loop:
         return ready
 
     def _start_spares(self) -> dict[str, Sandbox]:
-        box = self.config.sandbox
-        return head_start(self.device, box.user, box.memory_gb, ("reference", "candidate", "baseline"))
+        return head_start(self.device, self.config.sandbox, ("reference", "candidate", "baseline"))
 
     def close_spares(self) -> None:
         for box in self._spares.values():

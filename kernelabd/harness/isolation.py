@@ -1,0 +1,213 @@
+"""Which isolation a sandbox gets on this machine, and the command line that starts it there.
+
+Modes, strongest first; the first one this machine allows is used:
+
+- ``userns``: started by an unprivileged user. ``unshare`` makes new user, PID, mount, network
+  and IPC namespaces, and ``child/jail.py`` builds the filesystem allow-list and loads the
+  system-call filter before the entry module starts.
+- ``root``: started by root. The same namespaces (root needs no user namespace), and the jail
+  then drops to the sandbox user (``[sandbox] user``, else ``nobody``), so that the sandbox is
+  not root on the files it can see.
+- ``user``: root where no namespace can be made (no ``unshare``): the separate user only. It
+  cannot signal kernelab, but it sees the host's processes, files and network; a warning says so.
+- ``none``: ``[sandbox] isolation = "none"``, written in the configuration: the candidate runs
+  as kernelab's own user and could signal it. A warning says so.
+
+An unprivileged user without user namespaces gets ``unavailable`` and no sandbox at all, with
+the reason and the fix, never a silent "none".
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pwd
+import shutil
+import site
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAMESPACE_FLAGS = ("--pid", "--fork", "--kill-child", "--mount", "--net", "--ipc")
+USER_NAMESPACE_FLAGS = ("--user", "--map-root-user")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+FALLBACK_USER = "nobody"
+JAIL = "kernelabd.harness.child.jail"
+PROBE_TIMEOUT_S = 10.0
+# Where the kernel says whether unprivileged users may make user namespaces, and the value that
+# forbids it (Debian's switch, the generic limit, Ubuntu's AppArmor restriction).
+USERNS_SWITCHES = (("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+                   ("/proc/sys/user/max_user_namespaces", "0"),
+                   ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1"))
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What a sandbox started now gets: ``mode`` (see the module), the ``fences`` in force,
+    one line for people, and for root modes the account it runs as (uid, gid, groups)."""
+
+    mode: str
+    fences: tuple[str, ...]
+    detail: str
+    account: tuple[int, int, tuple[int, ...]] | None = None
+    warning: str = ""
+
+    @property
+    def namespaced(self) -> bool:
+        return self.mode in ("userns", "root")
+
+
+def seccomp_problem() -> str | None:
+    """Why no system-call filter can be loaded here (libseccomp missing), or None."""
+    try:
+        import pyseccomp  # noqa: F401
+    except (ImportError, RuntimeError, OSError) as exc:
+        return f"no seccomp filter ({type(exc).__name__}: {exc}; install libseccomp2)"
+    return None
+
+
+def userns_switch() -> str | None:
+    """The kernel setting that forbids unprivileged user namespaces here, as ``path = value``."""
+    for path, forbidding in USERNS_SWITCHES:
+        try:
+            if Path(path).read_text().strip() == forbidding:
+                return f"{path} = {forbidding}"
+        except OSError:
+            continue
+    return None
+
+
+def _namespace_failure(unshare: str | None, root: bool) -> str | None:
+    """Why ``unshare`` cannot make a sandbox's namespaces here, or None when it can (tried once,
+    with a fresh /proc, as the jail needs)."""
+    if unshare is None:
+        return "util-linux unshare is not installed"
+    flags = NAMESPACE_FLAGS if root else (*USER_NAMESPACE_FLAGS, *NAMESPACE_FLAGS)
+    try:
+        done = subprocess.run([unshare, *flags, "--mount-proc", "true"], capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare failed: {exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return f"unshare cannot make namespaces: {last}"
+    return None
+
+
+def device_groups() -> tuple[int, ...]:
+    """Groups owning GPU device files that others may not open: the sandbox user joins them."""
+    groups = set()
+    for path in gpu_devices():
+        st = os.stat(path)
+        if stat.S_ISCHR(st.st_mode) and st.st_mode & 0o006 != 0o006:
+            groups.add(st.st_gid)
+    return tuple(sorted(groups))
+
+
+def sandbox_account(configured: str) -> tuple[int, int, tuple[int, ...]] | str:
+    """(uid, gid, groups) that root runs sandboxes as, or why there is none."""
+    name = configured or FALLBACK_USER
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return f"[sandbox] user {name!r} does not exist"
+    if entry.pw_uid == 0:
+        return f"[sandbox] user {name!r} is root"
+    return entry.pw_uid, entry.pw_gid, device_groups()
+
+
+@functools.cache
+def probe(isolation: str, user: str) -> Isolation:
+    """The isolation sandboxes get under ``[sandbox] isolation`` and ``user``, decided once per
+    process (it starts one ``unshare``)."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if isolation == "none":
+        return Isolation("none", (), f"none: sandboxes run as {me}, in no namespace",
+                         warning=f'[sandbox] isolation = "none": candidates run as {me} and can '
+                                 "signal, trace or read kernelab's processes and files")
+    root = os.geteuid() == 0
+    account = sandbox_account(user) if root else None
+    if isinstance(account, str):
+        return Isolation("unavailable", (), account)
+    failure = _namespace_failure(shutil.which("unshare"), root)
+    filters = seccomp_problem()
+    if failure is None:
+        fences = ("pid", "mount", "net", "ipc", "filesystem", *(() if filters else ("seccomp",)))
+        who = f"as {pwd.getpwuid(account[0]).pw_name}" if account else f"as {me} (user namespace)"
+        detail = f"{'root' if root else 'userns'}: {', '.join(fences)} {who}"
+        return Isolation("root" if root else "userns", (*fences, *(("user",) if root else ())),
+                         detail + (f"; {filters}" if filters else ""), account, filters or "")
+    if account is not None:
+        name = pwd.getpwuid(account[0]).pw_name
+        return Isolation("user", ("user",), f"user: separate user {name} only ({failure})", account,
+                         warning=f"{failure}: sandboxes run as {name} without PID, mount or network "
+                                 "namespaces (they see this machine's processes, files and network)")
+    switch = userns_switch()
+    cause = f"user namespaces are disabled ({switch})" if switch else failure
+    return Isolation("unavailable", (), f"no sandbox isolation: {cause}; enable user namespaces "
+                     f"(sysctl), run kernelab as root with [sandbox] user, or set [sandbox] "
+                     f'isolation = "none" to run candidates as {me} unfenced')
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA device files a GPU sandbox needs (control, each GPU, UVM, MIG capabilities)."""
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+
+
+def _sandbox_sys_path() -> list[str]:
+    """``sys.path`` as a ``python -P`` with this environment computes it: this one's, less the
+    script's directory or working directory that a plain ``python`` puts first."""
+    return sys.path if sys.flags.safe_path else sys.path[1:]
+
+
+def environment_paths(extra_env: dict[str, str]) -> list[str]:
+    """What a sandbox sees read-only: system directories, the interpreter and its packages, the
+    libraries the environment points at, and kernelab's own package. A source tree holding
+    kernelab (an editable install, a checkout on ``PYTHONPATH``) shows only that package, not the
+    rest of the tree, where homes and results may live."""
+    import kernelabd
+
+    package = Path(kernelabd.__file__).resolve().parent
+    wanted = [*SYSTEM_DIRS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              *site.getsitepackages(), str(package)]
+    wanted += [p for p in _sandbox_sys_path() if p and Path(p).resolve() != package.parent]
+    for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"):
+        wanted += [p for p in extra_env.get(key, "").split(":") if p]
+    for key in ("TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
+        if extra_env.get(key):
+            wanted.append(str(Path(extra_env[key]).parent))
+    return _outermost([p for p in wanted if os.path.lexists(p) and os.path.abspath(p) != "/"])
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Absolute paths without duplicates or paths inside another one, parents first."""
+    kept: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in paths}):
+        if not any(Path(path).is_relative_to(k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def jail_plan(iso: Isolation, *, root: Path, workdir: Path, argv: list[str], device: str,
+              env: dict[str, str]) -> dict[str, Any]:
+    """What the jail builds: the JSON it is given."""
+    account = [iso.account[0], iso.account[1], list(iso.account[2])] if iso.mode == "root" and iso.account \
+        else None
+    return {"root": str(root), "ro": environment_paths(env), "rw": [str(workdir)],
+            "devices": gpu_devices() if device != "cpu" else [], "user": account,
+            "seccomp": "seccomp" in iso.fences, "workdir": str(workdir), "argv": argv}
+
+
+def launch_argv(iso: Isolation, plan: dict[str, Any]) -> list[str]:
+    """The command that starts a sandbox: through ``unshare`` and the jail when namespaced,
+    else the entry module directly."""
+    if not iso.namespaced:
+        return plan["argv"]
+    unshare = shutil.which("unshare")
+    assert unshare is not None, "probe() found it"
+    flags = NAMESPACE_FLAGS if iso.mode == "root" else (*USER_NAMESPACE_FLAGS, *NAMESPACE_FLAGS)
+    return [unshare, *flags, "--", sys.executable, "-P", "-m", JAIL, json.dumps(plan)]
