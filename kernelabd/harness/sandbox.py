@@ -32,7 +32,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -216,7 +215,7 @@ def _sweep_once() -> None:
     sweep_abandoned(Path(tempfile.gettempdir()))
 
 
-_LIVE: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+_LIVE: set[Sandbox] = set()     # made and not closed yet: closed at exit, used or not
 
 
 @atexit.register
@@ -277,6 +276,7 @@ class Sandbox:
         self._dir, self._owner = _owned_directory(spec.label)
         self.workdir = self._dir / "work"
         self.workdir.mkdir()
+        self.output_path = self._dir / "output.log"    # what it prints, capped; outside its view
         self.isolation: Isolation | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -320,7 +320,7 @@ class Sandbox:
                          device=self.spec.device, env=env)
         self._prepare(iso)
         self._guard = guard_for(self.spec.memory_bytes, self.spec.device, self.spec.label)
-        self._output = CappedOutput(self._dir / "output.log")
+        self._output = CappedOutput(self.output_path)
         separate = iso.account if iso.mode == "user" else None
         try:
             self._proc = subprocess.Popen(
