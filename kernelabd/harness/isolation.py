@@ -164,17 +164,25 @@ def _sandbox_sys_path() -> list[str]:
     return sys.path if sys.flags.safe_path else sys.path[1:]
 
 
+def kernelab_packages() -> list[Path]:
+    """Where the packages that sandboxes import from kernelab live (``store`` for the figures
+    that fingerprints share with the trusted side)."""
+    import kernelabd
+    import store
+
+    return [Path(module.__file__).resolve().parent for module in (kernelabd, store)]
+
+
 def environment_paths(extra_env: dict[str, str]) -> list[str]:
     """What a sandbox sees read-only: system directories, the interpreter and its packages, the
-    libraries the environment points at, and kernelab's own package. A source tree holding
-    kernelab (an editable install, a checkout on ``PYTHONPATH``) shows only that package, not the
-    rest of the tree, where homes and results may live."""
-    import kernelabd
-
-    package = Path(kernelabd.__file__).resolve().parent
+    libraries the environment points at, and kernelab's own packages. A source tree holding
+    kernelab (an editable install, a checkout on ``PYTHONPATH``) shows only those packages, not
+    the rest of the tree, where homes and results may live."""
+    packages = kernelab_packages()
+    trees = {p.parent for p in packages}
     wanted = [*SYSTEM_DIRS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              *site.getsitepackages(), str(package)]
-    wanted += [p for p in _sandbox_sys_path() if p and Path(p).resolve() != package.parent]
+              *site.getsitepackages(), *map(str, packages)]
+    wanted += [p for p in _sandbox_sys_path() if p and Path(p).resolve() not in trees]
     for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"):
         wanted += [p for p in extra_env.get(key, "").split(":") if p]
     for key in ("TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):

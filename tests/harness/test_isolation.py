@@ -18,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ROOTED = os.geteuid() == 0
 
 
-def test_the_allow_list_holds_kernelabs_package_but_not_the_checkout_around_it() -> None:
+def test_the_allow_list_holds_kernelabs_packages_but_not_the_checkout_around_them() -> None:
     paths = environment_paths(dict(os.environ))
     package = Path(kernelabd.__file__).resolve().parent
-    assert str(package) in paths
+    assert str(package) in paths and str(package.parent / "store") in paths
     assert not any(Path(p) in (package.parent, Path("/")) for p in paths), "homes and results live beside it"
+    assert str(package.parent / "tui") not in paths
     assert any(Path(sys.prefix).is_relative_to(p) for p in paths), "the interpreter's environment"
 
 
