@@ -125,14 +125,16 @@ def probe(isolation: str, user: str) -> Isolation:
     """The isolation sandboxes get under ``[sandbox] isolation`` and ``user``, decided once per
     process (it starts one ``unshare``)."""
     me = pwd.getpwuid(os.geteuid()).pw_name
-    if isolation == "none":
+    root = os.geteuid() == 0
+    if isolation == "none" and not (root and user):
         return Isolation("none", (), f"none: sandboxes run as {me}, in no namespace",
                          warning=f'[sandbox] isolation = "none": candidates run as {me} and can '
                                  "signal, trace or read kernelab's processes and files")
-    root = os.geteuid() == 0
     account = sandbox_account(user) if root else None
     if isinstance(account, str):
         return Isolation("unavailable", (), account)
+    if isolation == "none":
+        return _separate_user(account, 'namespaces are off ([sandbox] isolation = "none")')
     failure = _namespace_failure(shutil.which("unshare"), root)
     filters = seccomp_problem()
     if failure is None:
@@ -142,15 +144,20 @@ def probe(isolation: str, user: str) -> Isolation:
         return Isolation("root" if root else "userns", (*fences, *(("user",) if root else ())),
                          detail + (f"; {filters}" if filters else ""), account, filters or "")
     if account is not None:
-        name = pwd.getpwuid(account[0]).pw_name
-        return Isolation("user", ("user",), f"user: separate user {name} only ({failure})", account,
-                         warning=f"{failure}: sandboxes run as {name} without PID, mount or network "
-                                 "namespaces (they see this machine's processes, files and network)")
+        return _separate_user(account, failure)
     switch = userns_switch()
     cause = f"user namespaces are disabled ({switch})" if switch else failure
     return Isolation("unavailable", (), f"no sandbox isolation: {cause}; enable user namespaces "
                      f"(sysctl), run kernelab as root with [sandbox] user, or set [sandbox] "
                      f'isolation = "none" to run candidates as {me} unfenced')
+
+
+def _separate_user(account: tuple[int, int, tuple[int, ...]], why: str) -> Isolation:
+    """Root's fallback: sandboxes as the sandbox user, in no namespace."""
+    name = pwd.getpwuid(account[0]).pw_name
+    return Isolation("user", ("user",), f"user: separate user {name} only ({why})", account,
+                     warning=f"{why}: sandboxes run as {name} without PID, mount or network "
+                             "namespaces (they see this machine's processes, files and network)")
 
 
 def gpu_devices() -> list[str]:

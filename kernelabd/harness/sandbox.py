@@ -53,7 +53,6 @@ STDERR_TAIL = 4000           # characters of a sandbox's output kept as evidence
 OUTPUT_CAP = 1 << 20         # bytes of its output kept in its file; past it only the tail is kept
 GONE_S = 5.0                 # how long close() waits for a killed sandbox's processes to go
 OWNER = ".owner"             # a lock file held while a sandbox directory's process lives
-SERVER = "kernelabd.harness.child.server"
 GIB = 1 << 30
 log = logging.getLogger("kernelab.sandbox")
 
@@ -97,11 +96,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c) & 0xFF:02x}" for c in text)
 
 
-def _signal_name(code: int) -> str:
+def _exit_cause(code: int, namespaced: bool) -> str:
+    """How a sandbox ended, from its exit status: a namespace's init reports the entry module's
+    death by signal N as status 128 + N, as shells do."""
+    if namespaced and code > 128:
+        code = 128 - code
+    if code >= 0:
+        return f"exited with status {code}"
     try:
-        return signal.Signals(-code).name
+        return f"killed by {signal.Signals(-code).name}"
     except ValueError:
-        return f"signal {-code}"
+        return f"killed by signal {-code}"
 
 
 @dataclass
@@ -114,7 +119,7 @@ class SandboxSpec:
     memory_bytes: int = 0
     isolation: str = "namespaces"
     label: str = "sandbox"
-    module: str = SERVER
+    module: str = "kernelabd.harness.child.server"
 
     @classmethod
     def from_config(cls, config: SandboxConfig, device: str, label: str) -> SandboxSpec:
@@ -372,7 +377,7 @@ class Sandbox:
         if memory is not None:
             return memory
         last = next((ln for ln in reversed(tail.strip().splitlines()) if ln.strip()), "")
-        cause = f"killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
+        cause = _exit_cause(code, self.isolation is not None and self.isolation.namespaced)
         message = f"{self.spec.label} {cause} while {what}" + (f"; its last output: {last[:300]}" if last else "")
         return SandboxError(kind, message, tail)
 

@@ -54,6 +54,13 @@ def test_a_sandbox_user_that_does_not_exist_gives_no_sandbox() -> None:
     assert iso.mode == "unavailable" and "kernelab-no-such-user" in iso.detail
 
 
+@pytest.mark.skipif(not ROOTED, reason="a sandbox user is only used by root")
+def test_isolation_none_as_root_with_a_sandbox_user_still_drops_to_it() -> None:
+    iso = probe("none", "nobody")
+    assert iso.mode == "user" and iso.account is not None and iso.account[0] != 0
+    assert 'isolation = "none"' in iso.warning
+
+
 def test_without_unshare_root_falls_back_to_a_separate_user_and_others_get_no_sandbox(tmp_path: Path) -> None:
     code = ("import json; from kernelabd.harness.isolation import probe; i = probe('namespaces', ''); "
             "print(json.dumps([i.mode, i.detail, i.warning]))")

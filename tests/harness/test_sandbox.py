@@ -43,6 +43,7 @@ HONEST = (ROOT / "examples" / "softmax.new.py").read_text()
 ISOLATION = probe("namespaces", "")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaced, reason=f"no namespaces here: {ISOLATION.detail}")
 needs_seccomp = pytest.mark.skipif("seccomp" not in ISOLATION.fences, reason="no libseccomp here")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 # Computes the right answer only if it cannot see the secret; otherwise returns zeros.
 SNOOPING = HONEST.replace(
@@ -68,7 +69,7 @@ def gate_only(timeout_s: float = 120.0) -> Config:
     return cfg
 
 
-def run_inside(box: Sandbox, code: str, timeout_s: float = 120) -> dict:
+def run_inside(box: Sandbox, code: str, timeout_s: float = 120, device: str = "cpu") -> dict:
     """Run ``code`` in a started sandbox as a module's import-time code (the way a candidate's
     runs) and return the dict ``facts`` it fills in."""
     module = ("import json\nfacts = {}\n" + textwrap.dedent(code)
@@ -76,7 +77,7 @@ def run_inside(box: Sandbox, code: str, timeout_s: float = 120) -> dict:
     source = box.workdir.parent / "probe.py"
     source.write_text(module)
     staged = box.stage_file(source, "probe.py")
-    box.request({"cmd": "load_candidate", "path": staged, "device": "cpu", "shapes": [], "sets": [],
+    box.request({"cmd": "load_candidate", "path": staged, "device": device, "shapes": [], "sets": [],
                  "timing_sets": [], "gate": False}, deadline=time.monotonic() + timeout_s, what="probing")
     return json.loads((box.workdir / "facts.json").read_text())
 
@@ -222,8 +223,8 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 @needs_namespaces
 def test_a_sandbox_sees_and_signals_only_its_own_processes(fence: dict) -> None:
     facts = fence["facts"]
-    assert facts["pid"] == 1, "the sandbox is PID 1 of its own PID namespace"
-    assert len(facts["pids"]) <= 3, f"it sees only its own processes: {facts['pids']}"
+    assert facts["pid"] == 2, "the sandbox runs under the init of its own PID namespace"
+    assert facts["pids"] == [1, 2], f"it sees only its own processes: {facts['pids']}"
     assert facts["signal_trusted"] == "ESRCH", "the trusted process's PID names nothing in there"
     assert not facts["sees"]["trusted_proc"]
 
@@ -260,6 +261,53 @@ def test_the_op_profiler_works_inside_the_fence(fence: dict) -> None:
 def test_a_forked_process_does_not_outlive_its_sandbox(fence: dict) -> None:
     assert fence["alive_before_close"], "the probe's detached process ran while the sandbox did"
     assert not fence["survivors"], "it died with the sandbox"
+
+
+GPU_PROBE = """
+import os, pynvml, torch, triton, triton.language as tl
+
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
+
+x = torch.zeros(1000, device="cuda")
+add_one[(4,)](x, 1000, BLOCK=256)
+facts["sum"] = float(x.sum())
+facts["pid"] = os.getpid()
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+facts["name"] = str(pynvml.nvmlDeviceGetName(handle))
+facts["sm_clock_mhz"] = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+facts["reasons"] = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+"""
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_namespaces
+def test_a_namespaced_gpu_sandbox_runs_a_triton_kernel_and_queries_nvml() -> None:
+    with Sandbox(SandboxSpec(device="cuda:0", label="gpu")) as box:
+        facts = run_inside(box, GPU_PROBE, device="cuda")
+    assert facts["pid"] == 2, "in its own PID namespace"
+    assert facts["sum"] == 1000.0, "the Triton kernel ran on the GPU"
+    assert facts["name"] and facts["sm_clock_mhz"] > 0 and isinstance(facts["reasons"], int)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_namespaces
+def test_a_gpu_sandbox_is_killed_at_its_host_memory_limit_and_cuda_works_under_it() -> None:
+    hog = """
+import torch
+facts["cuda"] = float(torch.ones(4, device="cuda").sum())   # an address-space limit would break this
+held = [b"\\x01" * (256 << 20) for _ in range(64)]
+"""
+    with Sandbox(SandboxSpec(device="cuda:0", label="hungry", memory_bytes=4 << 30)) as box:
+        assert box._guard.mode in ("cgroup", "watchdog")
+        with pytest.raises(SandboxError) as caught:
+            run_inside(box, hog, device="cuda")
+    assert caught.value.kind == "memory" and "memory limit of 4.0 GiB" in caught.value.message
 
 
 def test_candidate_sees_none_of_the_parents_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,8 @@ its system calls filtered here, before any evaluated code exists; then it become
 It runs as PID 1 of new PID, mount, network and IPC namespaces made by ``unshare``: as root of a
 new user namespace (mapped onto the unprivileged user who started it), or, when real root started
 it, as root that drops to the sandbox user once the mounts are made. Its plan comes from the
-trusted launcher (``kernelabd.harness.isolation``) as one JSON argument.
+trusted launcher (``kernelabd.harness.isolation``) as one JSON argument. It then stays as the
+namespace's init, and the entry module runs as PID 2.
 
 The filesystem is an allow-list. A fresh tmpfs becomes the root, read-only once built, holding
 read-only binds of the system and Python directories, a minimal ``/dev`` (null, zero, random, the
@@ -23,7 +24,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -31,6 +32,7 @@ MNT_DETACH = 2
 # statvfs flags that a read-only remount of a bind must keep (same bit values as MS_*): the kernel
 # refuses to clear them on a mount inherited from another user namespace.
 KEPT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096   # + NOATIME, NODIRATIME, RELATIME
+PR_SET_DUMPABLE = 4
 PR_SET_SECUREBITS = 28
 SECBIT_NOROOT_AND_LOCKED = 0x3       # uid 0 gains no capabilities at exec, and cannot undo that
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
@@ -158,6 +160,21 @@ def filter_syscalls() -> None:
     rules.load()
 
 
+def serve_as_init(entry: int) -> NoReturn:
+    """PID 1 of the namespace: reap orphans until the entry module (PID 2) ends, then end with
+    its status (``128 + N`` for signal N, as shells report it), which takes every process left
+    in the namespace down with it. The entry module is not PID 1 itself because PID 1 ignores
+    the signals its own namespace sends it: a candidate's ``os.kill(os.getpid(), SIGSEGV)``
+    must crash it as it would anywhere else."""
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)     # nothing in the namespace may read or trace it
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))   # the entry module's socket is its own
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == entry:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
 def main() -> None:
     plan = json.loads(sys.argv[1])
     try:
@@ -169,7 +186,10 @@ def main() -> None:
     except OSError as exc:
         print(f"kernelab sandbox: cannot build its fence: {exc}", file=sys.stderr, flush=True)
         os._exit(FENCE_FAILED)
-    os.execv(plan["argv"][0], plan["argv"])
+    entry = os.fork()
+    if entry == 0:
+        os.execv(plan["argv"][0], plan["argv"])
+    serve_as_init(entry)
 
 
 if __name__ == "__main__":
