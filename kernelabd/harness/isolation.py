@@ -19,6 +19,8 @@ the reason and the fix, never a silent "none".
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import os
@@ -28,6 +30,7 @@ import site
 import stat
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,18 @@ NAMESPACE_FLAGS = ("--pid", "--fork", "--kill-child", "--mount", "--net", "--ipc
 USER_NAMESPACE_FLAGS = ("--user", "--map-root-user")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 FALLBACK_USER = "nobody"
-JAIL = "kernelabd.harness.child.jail"
+JAIL = Path(__file__).resolve().parent / "child" / "jail.py"
+# What no kernel, harness or profiler needs, and what would undo the fence: tracing and reading
+# other processes, loading kernel code, mounting, entering or making namespaces, kernel keyrings,
+# io_uring (whose operations bypass the filter). torch.profiler's CPU activities need none.
+DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexec_file_load", "bpf",
+    "perf_event_open", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+    "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct",
+    "keyctl", "add_key", "request_key", "open_by_handle_at", "syslog", "iopl", "ioperm",
+    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "quotactl",
+)
 PROBE_TIMEOUT_S = 10.0
 # Where the kernel says whether unprivileged users may make user namespaces, and the value that
 # forbids it (Debian's switch, the generic limit, Ubuntu's AppArmor restriction).
@@ -61,13 +75,28 @@ class Isolation:
         return self.mode in ("userns", "root")
 
 
-def seccomp_problem() -> str | None:
-    """Why no system-call filter can be loaded here (libseccomp missing), or None."""
+@functools.cache
+def seccomp_filter() -> bytes | str:
+    """The compiled system-call filter every sandbox loads (a classic BPF program, made here
+    once by libseccomp so that the jail needs no library), or why none can be made here."""
     try:
-        import pyseccomp  # noqa: F401
+        import pyseccomp
     except (ImportError, RuntimeError, OSError) as exc:
-        return f"no seccomp filter ({type(exc).__name__}: {exc}; install libseccomp2)"
-    return None
+        return f"no seccomp filter ({type(exc).__name__}: {exc}; install libseccomp2 and pyseccomp)"
+    rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for name in DENIED_SYSCALLS:
+        with contextlib.suppress(OSError, ValueError):   # unknown to this libseccomp: older than the call
+            rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    with tempfile.TemporaryFile() as out:
+        rules.export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+def seccomp_problem() -> str | None:
+    """Why no system-call filter can be loaded here, or None."""
+    made = seccomp_filter()
+    return made if isinstance(made, str) else None
 
 
 def userns_switch() -> str | None:
@@ -214,7 +243,8 @@ def jail_plan(iso: Isolation, *, root: Path, workdir: Path, argv: list[str], dev
         else None
     return {"root": str(root), "ro": environment_paths(env), "rw": [str(workdir)],
             "devices": gpu_devices() if device != "cpu" else [], "user": account,
-            "seccomp": "seccomp" in iso.fences, "workdir": str(workdir), "argv": argv}
+            "seccomp": seccomp_filter().hex() if "seccomp" in iso.fences else None,
+            "workdir": str(workdir), "argv": argv}
 
 
 def launch_argv(iso: Isolation, plan: dict[str, Any]) -> list[str]:
@@ -225,4 +255,4 @@ def launch_argv(iso: Isolation, plan: dict[str, Any]) -> list[str]:
     unshare = shutil.which("unshare")
     assert unshare is not None, "probe() found it"
     flags = NAMESPACE_FLAGS if iso.mode == "root" else (*USER_NAMESPACE_FLAGS, *NAMESPACE_FLAGS)
-    return [unshare, *flags, "--", sys.executable, "-P", "-m", JAIL, json.dumps(plan)]
+    return [unshare, *flags, "--", sys.executable, "-I", "-S", str(JAIL), json.dumps(plan)]
