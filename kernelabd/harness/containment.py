@@ -98,9 +98,9 @@ class MemoryGuard:
     def close(self) -> None:
         """Release what the guard holds, once the sandbox's processes are gone."""
 
-    def _reason(self, how: str, held: int | None) -> str:
+    def _reason(self, how: str, held: int | None, of: str = "") -> str:
         where = f" ({human(held)} resident)" if held else ""
-        return f"{how} its memory limit of {human(self.limit)}{where}"
+        return f"{how} its memory limit of {human(self.limit)}{of}{where}"
 
 
 class RlimitGuard(MemoryGuard):
@@ -115,7 +115,7 @@ class RlimitGuard(MemoryGuard):
         if not OUT_OF_MEMORY.search(said):
             return None
         held = resident(self._pid) if self._pid is not None else None
-        return self._reason("ran out of", held)
+        return self._reason("ran out of", held, " of address space")
 
 
 class WatchdogGuard(MemoryGuard):

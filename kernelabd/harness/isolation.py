@@ -110,14 +110,18 @@ def userns_switch() -> str | None:
     return None
 
 
+def unshare_flags(root: bool) -> tuple[str, ...]:
+    """Root makes the namespaces itself; anyone else needs a user namespace first."""
+    return NAMESPACE_FLAGS if root else (*USER_NAMESPACE_FLAGS, *NAMESPACE_FLAGS)
+
+
 def _namespace_failure(unshare: str | None, root: bool) -> str | None:
     """Why ``unshare`` cannot make a sandbox's namespaces here, or None when it can (tried once,
     with a fresh /proc, as the jail needs)."""
     if unshare is None:
         return "util-linux unshare is not installed"
-    flags = NAMESPACE_FLAGS if root else (*USER_NAMESPACE_FLAGS, *NAMESPACE_FLAGS)
     try:
-        done = subprocess.run([unshare, *flags, "--mount-proc", "true"], capture_output=True,
+        done = subprocess.run([unshare, *unshare_flags(root), "--mount-proc", "true"], capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare failed: {exc}"
@@ -254,5 +258,4 @@ def launch_argv(iso: Isolation, plan: dict[str, Any]) -> list[str]:
         return plan["argv"]
     unshare = shutil.which("unshare")
     assert unshare is not None, "probe() found it"
-    flags = NAMESPACE_FLAGS if iso.mode == "root" else (*USER_NAMESPACE_FLAGS, *NAMESPACE_FLAGS)
-    return [unshare, *flags, "--", sys.executable, "-I", "-S", str(JAIL), json.dumps(plan)]
+    return [unshare, *unshare_flags(iso.mode == "root"), "--", sys.executable, "-I", "-S", str(JAIL), json.dumps(plan)]

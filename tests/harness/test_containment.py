@@ -74,7 +74,7 @@ def test_rlimit_as_makes_allocations_fail_and_names_the_limit() -> None:
     done = subprocess.run([sys.executable, "-c", "bytearray(4 << 30)"], preexec_fn=guard.preexec,
                           capture_output=True, text=True)
     assert done.returncode != 0 and "MemoryError" in done.stderr
-    assert guard.breach(done.stderr) == "ran out of its memory limit of 1.0 GiB"
+    assert guard.breach(done.stderr) == "ran out of its memory limit of 1.0 GiB of address space"
     assert guard.breach("ZeroDivisionError: division by zero") is None, "only out-of-memory is a breach"
 
 
