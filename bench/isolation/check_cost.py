@@ -3,16 +3,19 @@
 interleaved run by run so that both see the same machine.
 
     python3 bench/isolation/check_cost.py OUT [--device cuda] [--runs 2] [--examples softmax,layernorm]
+                                              [--before TREE]
 
-Writes OUT/isolation.json (what `kernelab doctor` reports), OUT/startup.jsonl and OUT/checks.jsonl
-(one object a measurement) and prints a table last. The goal (issue 20): a check with namespaces
-takes at most 1 s longer than without.
+``--before TREE`` adds a column: the same checks run by another checkout of kernelab (one from
+before issue 20), with its own sandboxes. Writes OUT/isolation.json (what `kernelab doctor`
+reports), OUT/startup.jsonl and OUT/checks.jsonl (one object a measurement) and prints a table
+last. The goal (issue 20): a check with namespaces takes at most 1 s longer than without.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,8 +35,10 @@ TRIVIAL = "import torch\nModelNew = object\n"
 
 
 def homes(out: Path) -> dict[str, Path]:
-    """One kernelab home per mode, its kernelab.toml choosing the isolation."""
-    found = {}
+    """One kernelab home per mode, its kernelab.toml choosing the isolation (none for the other
+    checkout, which may not know the key)."""
+    found = {"before": out / "home-before"}
+    found["before"].mkdir(parents=True, exist_ok=True)
     for mode in MODES:
         home = out / f"home-{mode}"
         home.mkdir(parents=True, exist_ok=True)
@@ -52,12 +57,15 @@ def startup_s(mode: str, device: str, source: Path) -> float:
         return time.monotonic() - t0
 
 
-def check(example: str, device: str, home: Path, timing: bool) -> dict:
-    """One `kernelab check` as a user runs it; its wall time from outside."""
-    cmd = [sys.executable, "-m", "kernelabd", "check", f"examples/{example}.py", f"examples/{example}.new.py",
-           "--device", device, "--json", "--home", str(home), *([] if timing else ["--no-timing"])]
+def check(example: str, device: str, home: Path, timing: bool, tree: Path = ROOT) -> dict:
+    """One `kernelab check` as a user runs it (kernelab from ``tree``); its wall time from outside."""
+    cmd = [sys.executable, "-m", "kernelabd", "check", f"{ROOT}/examples/{example}.py",
+           f"{ROOT}/examples/{example}.new.py", "--device", device, "--json", "--home", str(home),
+           *([] if timing else ["--no-timing"])]
+    path = [str(tree), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     t0 = time.monotonic()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=900, env=env)
     wall = time.monotonic() - t0
     try:
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -73,17 +81,21 @@ def median(rows: list[dict], key: str) -> float:
 
 
 def table(startup: list[dict], checks: list[dict]) -> str:
-    lines = [f"{'what':<22}{'none s':>10}{'namespaces s':>14}{'delta s':>10}  verdicts (none / namespaces)"]
-    by = {(r["what"], r["mode"]): [] for r in startup + checks}
+    """Median wall seconds per measurement and mode; the delta is namespaces less the best of
+    the others (none on this tree, and the other tree's when measured)."""
+    lines = [f"{'what':<22}{'before s':>10}{'none s':>10}{'namespaces s':>14}{'delta s':>10}  verdicts"]
+    by: dict[tuple[str, str], list[dict]] = {}
     for r in startup + checks:
-        by[(r["what"], r["mode"])].append(r)
+        by.setdefault((r["what"], r["mode"]), []).append(r)
     worst = 0.0
     for what in dict.fromkeys(r["what"] for r in startup + checks):
-        a, b = by.get((what, "none"), []), by.get((what, "namespaces"), [])
-        delta = median(b, "wall_s") - median(a, "wall_s")
+        cols = {mode: median(by.get((what, mode), []), "wall_s") for mode in ("before", *MODES)}
+        delta = cols["namespaces"] - min(v for k, v in cols.items() if k != "namespaces" and v == v)
         worst = max(worst, delta) if what != "sandbox start" else worst
-        verdicts = " / ".join(",".join(str(r.get("verdict", "-")) for r in rows) for rows in (a, b))
-        lines.append(f"{what:<22}{median(a, 'wall_s'):>10.2f}{median(b, 'wall_s'):>14.2f}{delta:>+10.2f}  {verdicts}")
+        verdicts = " / ".join(",".join(str(r.get("verdict", "-")) for r in by.get((what, mode), []))
+                              for mode in ("before", *MODES) if (what, mode) in by)
+        lines.append(f"{what:<22}{cols['before']:>10.2f}{cols['none']:>10.2f}{cols['namespaces']:>14.2f}"
+                     f"{delta:>+10.2f}  {verdicts}")
     lines.append(f"worst check delta {worst:+.2f} s (goal: at most +{GOAL_S:.1f} s): "
                  + ("met" if worst <= GOAL_S else "NOT met"))
     return "\n".join(lines)
@@ -96,6 +108,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--examples", default="softmax,layernorm,gelu_gate")
     parser.add_argument("--no-timing", action="store_true", help="gate only (checks without the A/B timing)")
+    parser.add_argument("--before", type=Path, default=None, help="another kernelab checkout to time too")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     isolation = {mode: vars(probe(mode, "")) for mode in MODES}
@@ -114,9 +127,10 @@ def main() -> None:
             startup.append(row)
             print(json.dumps(row), flush=True)
         for example in args.examples.split(","):
-            for mode in order:
+            for mode in (*order, *(["before"] if args.before else [])):
+                tree = args.before if mode == "before" else ROOT
                 row = {"what": f"check {example}", "mode": mode, "run": run,
-                       **check(example, args.device, where[mode], not args.no_timing)}
+                       **check(example, args.device, where[mode], not args.no_timing, tree)}
                 checks.append(row)
                 print(json.dumps(row), flush=True)
     for name, rows in (("startup.jsonl", startup), ("checks.jsonl", checks)):

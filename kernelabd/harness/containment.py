@@ -236,11 +236,29 @@ def _enable_memory(here: Path) -> None:
     control.write_text("+memory")
 
 
+def _ours(here: Path) -> bool:
+    """Whether sandbox cgroups may go under ``here``: it hands memory down already, or it is the
+    root cgroup, or systemd delegated it to us (``Delegate=``, marked by an extended attribute).
+    A cgroup that systemd manages for someone else is left alone, even by root."""
+    try:
+        if "memory" in (here / "cgroup.subtree_control").read_text().split():
+            return True
+    except OSError:
+        return False
+    if not (here / "cgroup.type").exists():
+        return True
+    for name in ("trusted.delegate", "user.delegate"):
+        with contextlib.suppress(OSError):
+            if os.getxattr(here, name) == b"1":
+                return True
+    return False
+
+
 @functools.cache
 def cgroup_offered() -> Path | None:
     """This process's cgroup, if it may make child cgroups with a memory controller there (a
-    unified hierarchy offering memory, writable: delegated by systemd, or root), else None.
-    Only looks: ``cgroup_parent`` makes it usable."""
+    unified hierarchy offering memory, writable and ours), else None. Only looks:
+    ``cgroup_parent`` makes it usable."""
     here = _cgroup_dir()
     if here is None or not os.access(here, os.W_OK):
         return None
@@ -248,7 +266,7 @@ def cgroup_offered() -> Path | None:
         offered = "memory" in (here / "cgroup.controllers").read_text().split()
     except OSError:
         return None
-    return here if offered else None
+    return here if offered and _ours(here) else None
 
 
 @functools.cache
