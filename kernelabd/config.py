@@ -57,10 +57,14 @@ class TimingConfig:
     lock_clocks: str = "off"          # off | base | max | <MHz>: only on a box you own
 
 
+ISOLATION_CHOICES = ("namespaces", "none")
+
+
 @dataclass
 class SandboxConfig:
-    user: str = ""                    # when root, run candidates as this user ("" = same user)
-    memory_gb: float = 0.0            # address-space cap per sandbox, 0 = none
+    user: str = ""                    # when root, sandboxes drop to this user ("" = nobody)
+    memory_gb: float = 0.0            # host memory limit per sandbox, 0 = none
+    isolation: str = "namespaces"     # namespaces | none (candidates unfenced: only by choice)
 
 
 @dataclass
@@ -161,6 +165,9 @@ def parse(text: str, source: str = "kernelab.toml") -> Config:
     if bad:
         raise ConfigError(f"{source}: [jobs] peers must be a subset of {list(PEER_MODES)}, got {bad}")
     validate_cluster(cfg.cluster, source)
+    if cfg.sandbox.isolation not in ISOLATION_CHOICES:
+        raise ConfigError(f"{source}: [sandbox] isolation must be one of {', '.join(ISOLATION_CHOICES)}, "
+                          f"got {cfg.sandbox.isolation!r}")
     return cfg
 
 
@@ -245,9 +252,12 @@ lock_clocks = "off"      # off | base | max | <MHz>. Only on a box you own and r
                          # locks SM clocks through NVML while timing, released on every exit.
 
 [sandbox]
-user = ""                # when run as root, sandboxes run as this user ("" = the same user);
+isolation = "namespaces" # own user, PID, mount and network namespaces, a filesystem allow-list
+                         # and a syscall filter; "none" runs candidates unfenced as this user
+user = ""                # when run as root, sandboxes drop to this user ("" = nobody);
                          # it must be able to read the Python install and use /dev/nvidia*
-memory_gb = 0.0          # address-space limit per sandbox process; 0 = none
+memory_gb = 0.0          # host memory limit per sandbox in GiB (a cgroup, else RLIMIT_AS on
+                         # CPU, else a resident-memory watchdog); 0 = none
 
 # Agents as proposers (README.md, "Agents"): name one in [jobs] proposers as "agents.NAME",
 # or per job with `kernelab port REF --proposer agents.NAME`.

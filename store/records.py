@@ -32,6 +32,9 @@ daemon ran, for a job the daemon's start then requeued, is not reported as refus
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR}
+# Deaths of the worker or the daemon while one candidate was being evaluated that make it a
+# poison candidate (rule ``hostile``): once may be bad luck, twice is the candidate.
+HOSTILE_CRASHES = 2
 
 
 def content_hash(source: str, sidecar: str | None, start_source: str | None) -> str:
@@ -207,12 +210,45 @@ class Store:
 
     def recover(self, keep: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
         """After a crash, hand jobs left ``running`` to the daemon's queue (except ``keep``: jobs
-        a live foreground ``port`` owns; one whose process died is the daemon's now)."""
+        a live foreground ``port`` owns; one whose process died is the daemon's now); a candidate
+        they were evaluating counts the death."""
         rows = [r[0] for r in self.conn.execute("SELECT id FROM jobs WHERE state = 'running'")]
         resumed = [jid for jid in rows if jid not in keep]
         for jid in resumed:
+            self.crashed(jid, "the daemon stopped without shutting down (killed or crashed)")
             self.hand_over(jid)
         return resumed
+
+    def crashed(self, job_id: int, cause: str) -> list[int]:
+        """The worker or the daemon died (``cause``, one line) while ``job_id`` was evaluating a
+        candidate; returns the ids of the candidates in flight. Each counts one more death and goes
+        back to ``pending``, to be evaluated again, until its ``HOSTILE_CRASHES``-th: then it is
+        recorded failed, rule ``hostile``, with every death as evidence, and never evaluated again."""
+        now = time.time()
+        told: list[tuple[int, str, str]] = []
+        with self.conn:
+            rows = self.conn.execute("SELECT id, crashes, evidence FROM candidates WHERE job_id = ? AND "
+                                     "state = 'evaluating'", (job_id,)).fetchall()
+            for row in rows:
+                deaths = [*_deaths(row["evidence"]), {"at": now, "cause": cause}]
+                evidence = json.dumps({"deaths": deaths})
+                if row["crashes"] + 1 < HOSTILE_CRASHES:
+                    self.conn.execute("UPDATE candidates SET crashes = crashes + 1, state = 'pending', "
+                                      "evidence = ? WHERE id = ?", (evidence, row["id"]))
+                    told.append((row["id"], "candidate.crashed", f"{cause}; it is evaluated once more"))
+                    continue
+                reason = (f"the worker or the daemon died each of the {len(deaths)} times this candidate "
+                          f"was evaluated (last: {cause}); it is never evaluated again")
+                result = {"verdict": "fail", "rule": "hostile", "reason": reason,
+                          "evidence": {"deaths": deaths}}
+                self.conn.execute(
+                    "UPDATE candidates SET crashes = crashes + 1, state = 'done', verdict = 'fail', "
+                    "rule = 'hostile', reason = ?, evidence = ?, result = ?, accepted = 0, finished_at = ? "
+                    "WHERE id = ?", (reason, evidence, json.dumps(result), now, row["id"]))
+                told.append((row["id"], "candidate.hostile", reason))
+        for cid, kind, message in told:
+            self.event(kind, f"#{cid}: {message}", level="warning", job_id=job_id)
+        return [cid for cid, _, _ in told]
 
     def add_active_time(self, job_id: int, seconds: float) -> None:
         with self.conn:
@@ -337,6 +373,15 @@ class Store:
         with self.conn:
             self.conn.execute("UPDATE commands SET status = ?, result = ?, done_at = ? "
                               "WHERE id = ?", (status, result, time.time(), command_id))
+
+
+def _deaths(evidence: str | None) -> list[dict[str, Any]]:
+    """The deaths recorded so far with a candidate in flight (its evidence until it is done)."""
+    try:
+        found = json.loads(evidence or "{}").get("deaths", [])
+    except (json.JSONDecodeError, AttributeError):
+        return []
+    return found if isinstance(found, list) else []
 
 
 def _clock_columns(clock: dict[str, Any] | None) -> tuple[Any, Any, Any, Any]:

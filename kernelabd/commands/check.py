@@ -118,7 +118,7 @@ def check(reference: str, candidate: str, device: str, baseline: str | None, as_
         config.gate.timeout_s = timeout_s
     files = [reference, candidate, *([baseline] if baseline else [])]
     labels = ("reference", "candidate", "baseline")[:len(files)] if all(map(_is_file, files)) else ()
-    early = head_start(device, config.sandbox.user, config.sandbox.memory_gb, labels)
+    early = head_start(device, config.sandbox, labels)
     from kernelabd.harness.check import run_check  # torch is imported only once arguments are valid
 
     try:

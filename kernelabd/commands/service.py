@@ -99,10 +99,13 @@ PrivateTmp=yes
 PrivateDevices=no
 DevicePolicy=closed
 {device_allow}
-ProtectKernelTunables=yes
+# Sandboxes run in user, PID, mount and network namespaces of their own, each with a fresh
+# /proc and /sys: the kernel refuses those where /proc is overmounted, so there is no
+# ProtectKernelTunables= or ProtectKernelLogs= (a sandbox cannot write a tunable or read the
+# kernel log either way). Delegate= gives the daemon its own cgroup subtree, where each sandbox
+# gets a memory limit ([sandbox] memory_gb); hence no ProtectControlGroups= either.
+Delegate=memory pids
 ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
 ProtectClock=yes
 ProtectHostname=yes
 ProtectProc=invisible
@@ -135,6 +138,8 @@ CacheDirectory=kernelab
 {env}
 {lifecycle}
 NoNewPrivileges=yes
+# A cgroup subtree of its own, where each sandbox gets a memory limit ([sandbox] memory_gb).
+Delegate=memory pids
 
 [Install]
 WantedBy=default.target
@@ -462,10 +467,16 @@ block_ms = 40.0
 lock_clocks = "off"
 
 [sandbox]
+# Every sandbox runs in its own user, PID, mount, network and IPC namespaces, sees only its
+# files and a read-only Python environment, and has a system-call filter (docs/gate.md).
+# "none" runs candidates as the daemon's own user with none of that: only on a machine where
+# namespaces are unavailable and you trust every candidate. `kernelab doctor` says what is active.
+isolation = "namespaces"
 # When the daemon runs as root, candidates and references run as this user ("" = nobody).
 user = ""
-# Address-space limit per sandbox process in GiB; 0 = none. CUDA reserves large virtual
-# ranges, so set it generously (tens of GiB) if at all.
+# Host memory limit per sandbox in GiB; 0 = none. Enforced with a cgroup where the daemon may
+# make one (systemd Delegate=yes, or root), else RLIMIT_AS on CPU, else a resident-memory
+# watchdog (CUDA reserves huge address ranges, so a GPU sandbox never gets RLIMIT_AS).
 memory_gb = 0.0
 
 [search]

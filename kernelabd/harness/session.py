@@ -201,8 +201,7 @@ class Session:
 
     # ----- sandboxes -----------------------------------------------------------------------
     def spec(self, label: str) -> SandboxSpec:
-        return SandboxSpec(device=self.device, user=self.config.sandbox.user,
-                           memory_gb=self.config.sandbox.memory_gb, label=label)
+        return SandboxSpec.from_config(self.config.sandbox, self.device, label)
 
     def box(self, label: str) -> Sandbox:
         """A started sandbox: one given a head start if there is one, else a new one; on a GPU
@@ -214,8 +213,7 @@ class Session:
             box = Sandbox(self.spec(label))
             box.start()
         if self.prestart and not self.spares:
-            c = self.config.sandbox
-            self.spares = head_start(self.device, c.user, c.memory_gb, ("candidate",))
+            self.spares = head_start(self.device, self.config.sandbox, ("candidate",))
         return box
 
     @contextmanager

@@ -438,13 +438,11 @@ class RayScheduler(Scheduler):
                          level="warning", job_id=job_id)
 
     def _worker_failed(self, worker: RayWorker, exc: Exception) -> None:
-        """The worker process itself died (its node is fine): as locally, its job fails and a
-        retry resumes it."""
+        """The worker process itself died (its node is fine): as locally (``worker_died``)."""
         job_id = self._drop(worker)
         cause = getattr(exc, "cause", None) or exc
         if job_id is not None:
-            self.store.interrupt_job(job_id, "running")
-            self.recorder.end_job(job_id, "failed", None, f"{_one_line(cause)}; retry resumes it")
+            self.worker_died(job_id, _one_line(cause))
 
     def interrupt(self, job_id: int, state: str) -> None:
         """Stop a running job now (its actor ends; the next job gets a fresh one)."""

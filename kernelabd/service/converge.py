@@ -272,8 +272,7 @@ class Loop:
             return None
         from kernelabd.fingerprint.sandboxed import fingerprint_in_sandbox
 
-        spec = SandboxSpec(device=self.device, user=self.config.sandbox.user,
-                           memory_gb=self.config.sandbox.memory_gb, label="fingerprint")
+        spec = SandboxSpec.from_config(self.config.sandbox, self.device, "fingerprint")
         found: dict[str, Any] = {}
 
         def run() -> None:

@@ -362,6 +362,49 @@ def check_daemon(home: Home, now: float | None = None) -> Check:
     return Check("daemon", OK, f"{who}, {status or 'running'}, heartbeat {age:.0f} s ago")
 
 
+USERNS_HINT = ("enable unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1 "
+               "(Debian), user.max_user_namespaces=15000, or kernel.apparmor_restrict_unprivileged_userns=0 "
+               "(Ubuntu 24.04); or run kernelab as root, with [sandbox] user")
+
+
+def check_isolation(home: Home) -> Check:
+    """Which isolation and fences sandboxes get on this machine, tried for real (``unshare``
+    is run once), and whether user namespaces are disabled here."""
+    from kernelabd.harness.isolation import probe, userns_switch
+
+    sandbox = _config_or_default(home).sandbox
+    iso = probe(sandbox.isolation, sandbox.user)
+    switch = userns_switch()
+    disabled = f"; user namespaces are disabled ({switch})" if switch else ""
+    if iso.mode == "unavailable":
+        return Check("isolation", FAIL, iso.detail, USERNS_HINT)
+    if iso.mode == "none":
+        return Check("isolation", WARN, iso.warning + disabled,
+                     'remove [sandbox] isolation = "none" where namespaces work (this check then says ok)')
+    if iso.mode == "user":
+        return Check("isolation", WARN, iso.warning + disabled, "install util-linux (unshare)")
+    if iso.warning:
+        return Check("isolation", WARN, iso.detail + disabled, "install libseccomp2 (apt/dnf)")
+    return Check("isolation", OK, iso.detail + disabled)
+
+
+def check_sandbox_memory(home: Home) -> Check:
+    """How ``[sandbox] memory_gb`` is enforced here, on CPU and on GPU sandboxes (looked up
+    only: no cgroup is made or changed)."""
+    from kernelabd.harness.containment import cgroup_offered, containment
+
+    limit = _config_or_default(home).sandbox.memory_gb
+    where = cgroup_offered()
+    modes = {"cgroup": f"a cgroup v2 under {where}", "rlimit": "RLIMIT_AS",
+             "watchdog": "a resident-memory watchdog"}
+    how = f"CPU sandboxes: {modes[containment('cpu')]}; GPU sandboxes: {modes[containment('cuda')]}"
+    hint = "" if where else ("for a cgroup per sandbox, run the daemon under systemd with Delegate=memory "
+                             "(the shipped unit has it)")
+    if limit <= 0:
+        return Check("sandbox-memory", OK, f"memory_gb = 0: no limit; with one, {how}", hint)
+    return Check("sandbox-memory", OK, f"memory_gb = {limit:g}: {how}", hint)
+
+
 def check_ceilings(home: Home) -> Check:
     """The measured speed-of-light ceilings (copy bandwidth, matrix rate) per device."""
     hint = ("they are measured on a device's first job (a few seconds of copies and matrix "
@@ -394,6 +437,8 @@ def run_checks(home: Home) -> list[Check]:
         check_driver,
         check_gpus,
         lambda: check_clocks(home),
+        lambda: check_isolation(home),
+        lambda: check_sandbox_memory(home),
         lambda: check_inbox(home),
         lambda: check_database_permissions(home),
         lambda: check_database(home),

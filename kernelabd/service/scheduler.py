@@ -85,6 +85,7 @@ class Scheduler:
         self.recorder = recorder
         self.config = config
         self.home = home
+        self.announced = False
 
     @property
     def busy(self) -> list[Worker]:
@@ -92,6 +93,17 @@ class Scheduler:
 
     def worker_for(self, job_id: int) -> Worker | None:
         return next((w for w in self.workers if w.job_id == job_id), None)
+
+    def announce_isolation(self) -> None:
+        """Record once which isolation this daemon's sandboxes get: a warning when less than
+        namespaces (``kernelab doctor`` says why and how to fix it)."""
+        from kernelabd.harness.isolation import probe
+
+        iso = probe(self.config.sandbox.isolation, self.config.sandbox.user)
+        weak = iso.warning or not iso.namespaced
+        self.store.event("sandbox.isolation", "; ".join(filter(None, (iso.detail, iso.warning))),
+                         level="warning" if weak else "info")
+        self.announced = True
 
     def schedule(self) -> None:
         """Give every idle device the best queued job."""
@@ -101,6 +113,8 @@ class Scheduler:
             job_id = self.store.next_queued()
             if job_id is None:
                 return
+            if not self.announced:
+                self.announce_isolation()
             if not worker.alive:
                 worker.kill()
                 worker.start(self.config, self.home)
@@ -141,14 +155,27 @@ class Scheduler:
             self._lost(worker)
 
     def _lost(self, worker: Worker) -> None:
-        """A worker died on its own: its job fails (a retry resumes it), the device frees."""
-        code = worker.process.exitcode if worker.process is not None else None
-        job_id = worker.job_id
+        """A worker died on its own: its job goes on or fails (``worker_died``), the device frees."""
+        process, job_id = worker.process, worker.job_id
         worker.kill()
+        code = process.exitcode if process is not None else None
+        how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 and \
+            -code in signal.valid_signals() else f"exit code {code}"
         if job_id is not None:
-            self.store.interrupt_job(job_id, "running")
-            self.recorder.end_job(job_id, "failed", None,
-                                  f"worker process died (exit code {code}); retry resumes it")
+            self.worker_died(job_id, f"worker process died ({how})")
+
+    def worker_died(self, job_id: int, cause: str) -> None:
+        """The worker running ``job_id`` died. While it evaluated a candidate, the job goes back
+        to the queue and goes on: the candidate is evaluated once more, or, at its second such
+        death, recorded as poison (rule ``hostile``) and skipped, so no candidate can keep killing
+        workers. Elsewhere (capture, a proposer) the job fails, and a retry resumes it."""
+        if self.store.crashed(job_id, cause):
+            self.store.interrupt_job(job_id, "queued")
+            self.store.event("job.requeued", f"{cause} while evaluating; the job goes on",
+                             level="warning", job_id=job_id)
+            return
+        self.store.interrupt_job(job_id, "running")
+        self.recorder.end_job(job_id, "failed", None, f"{cause}; retry resumes it")
 
     def interrupt(self, job_id: int, state: str) -> None:
         """Stop a running job now, keeping it resumable, and leave it in ``state``."""

@@ -149,8 +149,7 @@ def screen_configs(loop: Loop, source: str, configs: list[dict[str, Any]]) -> li
 def screener_for(loop: Loop) -> Screener:
     """The job's screening sandbox, started on its first batch and kept until the job ends."""
     if loop.job_id not in _SCREENERS:
-        box = loop.config.sandbox
-        spec = SandboxSpec(device=loop.device, user=box.user, memory_gb=box.memory_gb)
+        spec = SandboxSpec.from_config(loop.config.sandbox, loop.device, "screen")
         _SCREENERS[loop.job_id] = Screener(loop.reference, spec, options(loop))
     return _SCREENERS[loop.job_id]
 

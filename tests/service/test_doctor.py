@@ -238,3 +238,27 @@ def test_on_a_gpu_box_the_gpu_checks_pass(home: Home) -> None:
     assert "NVIDIA" in checks["gpus"]["detail"]
     assert checks["clocks"]["status"] == OK, checks["clocks"]
     assert checks["clocks"]["detail"].startswith("lock_clocks = off (default): not locked;")
+
+
+def test_isolation_says_which_fences_sandboxes_get_here(home: Home) -> None:
+    from kernelabd.harness.isolation import probe
+
+    checks = by_name(doctor(home.root, "--json"))
+    isolation = checks["isolation"]
+    if not probe("namespaces", "").namespaced:
+        assert isolation["status"] == FAIL and "user namespaces" in isolation["hint"]
+        return
+    assert isolation["status"] in (OK, WARN), isolation
+    mode = "root" if os.geteuid() == 0 else "userns"
+    assert isolation["detail"].startswith(f"{mode}: pid, mount, net, ipc, filesystem"), isolation
+    assert ("as nobody" if mode == "root" else "user namespace") in isolation["detail"]
+
+
+def test_isolation_none_is_a_warning_naming_what_it_gives_up(home: Home) -> None:
+    home.config.write_text('[sandbox]\nisolation = "none"\nmemory_gb = 8\n')
+    checks = by_name(doctor(home.root, "--json"))
+    assert checks["isolation"]["status"] == WARN
+    assert "can signal, trace or read" in checks["isolation"]["detail"]
+    memory = checks["sandbox-memory"]
+    assert memory["status"] == OK and memory["detail"].startswith("memory_gb = 8: CPU sandboxes: ")
+    assert "GPU sandboxes: " in memory["detail"] and "RLIMIT_AS" not in memory["detail"].split("GPU")[1]

@@ -91,6 +91,32 @@ def test_recover_requeues_running_jobs_and_redoes_only_the_in_flight_candidate(s
     assert store.job(jid)["state"] == "queued"
 
 
+def test_a_candidate_in_flight_at_two_daemon_deaths_is_poison_and_never_evaluated_again(store):
+    _, jid = store.add_problem(NewProblem("p", "/x", REF))
+    flying = store.add_candidate(jid, proposer="start", source="import os; os.kill(...)")
+    for death in range(2):
+        store.start_job(jid, "cpu")
+        store.start_candidate(flying)
+        assert store.recover() == [jid], f"death {death + 1}"
+    cand = store.conn.execute("SELECT * FROM candidates WHERE id = ?", (flying,)).fetchone()
+    assert (cand["state"], cand["verdict"], cand["rule"], cand["crashes"]) == ("done", "fail", "hostile", 2)
+    deaths = json.loads(cand["evidence"])["deaths"]
+    assert len(deaths) == 2 and all("daemon stopped without shutting down" in d["cause"] for d in deaths)
+    assert "never evaluated again" in cand["reason"]
+    assert json.loads(cand["result"])["rule"] == "hostile"
+    assert store.job(jid)["state"] == "queued", "the job goes on"
+    kinds = [r[0] for r in store.conn.execute("SELECT kind FROM events WHERE job_id = ? ORDER BY id", (jid,))]
+    assert kinds == ["candidate.crashed", "candidate.hostile"]
+
+
+def test_a_death_outside_an_evaluation_counts_against_no_candidate(store):
+    _, jid = store.add_problem(NewProblem("p", "/x", REF))
+    done = store.add_candidate(jid, proposer="start", source="a")
+    store.finish_candidate(done, _result(1.2), accepted=True)
+    assert store.crashed(jid, "worker process died (killed by SIGKILL)") == []
+    assert store.conn.execute("SELECT crashes FROM candidates").fetchone()[0] == 0
+
+
 def test_readers_cannot_write_but_may_post_commands_through_a_writer(tmp_path, store):
     path = tmp_path / "kernelab.db"
     reader = connect(path, readonly=True)
