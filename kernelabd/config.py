@@ -218,49 +218,112 @@ def load(path: Path) -> Config:
 
 
 DEFAULT_TOML = """\
-# kernelab configuration. Every key is optional; the values shown are the defaults.
-# Reference: README.md, "Configuration".
+# kernelab configuration: /etc/kernelab/kernelab.toml for the system service
+# (~/.config/kernelab/kernelab.toml for the user service; KERNELAB_HOME/kernelab.toml
+# otherwise). `kernelab service install` links it into the state directory.
+#
+# Every key is optional and every value shown is the default. Unknown sections or keys are
+# errors, so a misspelt key stops the daemon instead of being ignored.
+# After editing: sudo systemctl restart kernelabd, then kernelab doctor.
 
 [daemon]
-gpus = []                # GPU indices to use; empty = all that NVML finds
-polling_observer = false # poll the inbox instead of inotify (network filesystems)
-stable_s = 2.0           # a file whose size and mtime stay put this long is complete
-rescan_s = 30.0          # full rescan of the inbox, so nothing dropped is ever missed
-gpu_sample_s = 1.0       # NVML sampling period (what the TUI shows)
+# GPU indices (CUDA_DEVICE_ORDER=PCI_BUS_ID, the order nvidia-smi shows) that kernelab may
+# use. Empty: every GPU NVML finds. On a shared box, list only the GPUs kernelab owns.
+gpus = []
+# Poll the inbox instead of using inotify. Needed when the inbox is on NFS/CIFS, where
+# inotify does not see files written from other hosts.
+polling_observer = false
+# A file dropped in the inbox counts as complete once its size and mtime have not changed
+# for this many seconds (scp and editors write in several steps).
+stable_s = 2.0
+# Full rescan of the inbox every this many seconds, so that a missed event never loses a file.
+rescan_s = 30.0
+# NVML sampling period for the GPU panel of the TUI (utilisation, clocks, temperature, power).
+gpu_sample_s = 1.0
+# debug | info | warning | error. The daemon's --log-level overrides it.
 log_level = "info"
 
 [jobs]
-max_candidates = 40      # stop a job after this many candidates
-max_minutes = 30.0       # … or after this long
-patience = 8             # … or after this many proposals without an accepted gain
+# A job stops after this many candidates ...
+max_candidates = 40
+# ... or after this many minutes ...
+max_minutes = 30.0
+# ... or after this many proposals in a row without an accepted gain.
+patience = 8
+# Proposers that suggest candidates, in this order (README: "Proposers").
 proposers = ["template", "inductor", "tune"]
-peers = ["compile", "compile_max_autotune"]   # the reference under torch.compile, timed at the start
-                         # of every GPU job (default and max-autotune-no-cudagraphs); [] = none
+# torch.compile modes a GPU job times the reference under at its start, as the peers a kept
+# candidate is compared with (report.json "peers"): "compile" (the default mode) and
+# "compile_max_autotune" (max-autotune-no-cudagraphs). [] = none.
+peers = ["compile", "compile_max_autotune"]
 
 [gate]
-tol_factor = 10.0        # tolerance = tol_factor × the fp32 reference's own error (floored by dtype)
-timeout_s = 300.0        # deadline of one evaluation; a hang past it is killed
-reseed_every = 8         # candidates between fresh secret seeds for the gate's inputs (0 = never)
+# A candidate passes when its error against the float64 oracle is within tol_factor times
+# the fp32 reference's own error on the same inputs (floored per dtype).
+tol_factor = 10.0
+# Deadline of one evaluation in seconds; a hang past it is killed and recorded as a failure.
+timeout_s = 300.0
+# Candidates between fresh secret seeds for the gate's inputs, so that no proposer can learn
+# them from its failures (0 = never).
+reseed_every = 8
 
 [timing]
-budget_s = 8.0           # wall-time budget of one A/B comparison
-target_rel_noise = 0.005 # stop early once the speedup's CI half-width is below this
-min_pairs = 6            # interleaved A/B block pairs before stopping early
-min_gain = 0.01          # a kept candidate must beat 1 + max(min_gain, A/A noise)
-block_ms = 40.0          # device time per measurement block
-lock_clocks = "off"      # off | base | max | <MHz>. Only on a box you own and run as root:
-                         # locks SM clocks through NVML while timing, released on every exit.
+# Wall-time budget in seconds of one interleaved A/B comparison.
+budget_s = 8.0
+# Stop sampling early once the speedup's confidence half-width is below this (0.5 %).
+target_rel_noise = 0.005
+# Interleaved A/B block pairs measured before the noise target may stop a comparison.
+min_pairs = 6
+# A candidate is kept only when its speedup's CI lies above 1 + max(min_gain, A/A noise).
+min_gain = 0.01
+# Device time in milliseconds per measurement block.
+block_ms = 40.0
+# Lock the SM clock while timing, so boost and thermal drift add less noise.
+#   off    do not touch clocks (default); every block still records the clock state, and
+#          blocks measured under thermal or power slowdown are discarded and re-run
+#   base   lock to the GPU's base (TDP) clock: the most stable numbers
+#   max    lock to the maximum clock: the fastest numbers, more thermal throttling
+#   <MHz>  lock to this many MHz, as a string, e.g. "1500"
+# Only on a box you own and nobody else benchmarks on: locked clocks slow or change every
+# other program on the GPU. NVML only lets root lock clocks (Volta or newer), so the daemon
+# must run as root: `sudo systemctl edit kernelabd`, add [Service] User=root, and set
+# [sandbox] user below so candidates do not run as root. kernelab releases the clocks on
+# every exit, and the unit's ExecStopPost= (kernelab service release-clocks) releases them
+# after a crash too. Check first with: kernelab doctor (the "clocks" line).
+lock_clocks = "off"
 
 [sandbox]
-isolation = "namespaces" # own user, PID, mount and network namespaces, a filesystem allow-list
-                         # and a syscall filter; "none" runs candidates unfenced as this user
-user = ""                # when run as root, sandboxes drop to this user ("" = nobody);
-                         # it must be able to read the Python install and use /dev/nvidia*
-memory_gb = 0.0          # host memory limit per sandbox in GiB (a cgroup, else RLIMIT_AS on
-                         # CPU, else a resident-memory watchdog); 0 = none
+# Every sandbox runs in its own user, PID, mount, network and IPC namespaces, sees only its
+# files and a read-only Python environment, and has a system-call filter (docs/gate.md).
+# "none" runs candidates as the daemon's own user with none of that: only on a machine where
+# namespaces are unavailable and you trust every candidate. `kernelab doctor` says what is active.
+isolation = "namespaces"
+# When the daemon runs as root, candidates and references run as this user ("" = nobody).
+user = ""
+# Host memory limit per sandbox in GiB; 0 = none. Enforced with a cgroup where the daemon may
+# make one (systemd Delegate=yes, or root), else RLIMIT_AS on CPU, else a resident-memory
+# watchdog (CUDA reserves huge address ranges, so a GPU sandbox never gets RLIMIT_AS).
+memory_gb = 0.0
+
+[search]
+# Screening (docs/port.md, "tune"): a batch of configurations of the incumbent is compiled in
+# parallel, checked for spills, and timed briefly; only the best few that beat the incumbent's
+# own screened time go on to the full gate and A/B. Configurations a batch holds (0 = none).
+batch = 32
+# Screened configurations gated and timed in A/B per batch, fastest first.
+contenders = 2
+# Device time each configuration is timed for while screened, in ms.
+screen_ms = 5.0
+# Compile-only processes per batch; 0 = one a core.
+compile_workers = 0
+# CPU jobs screen too (Triton's interpreter, host timing: for tests and laptops; its times say
+# little of a GPU's, so by default a CPU job changes one tunable per candidate instead).
+on_cpu = false
+# CPU jobs only: also compile for this GPU arch ("sm_90") to drop spilling configurations.
+cpu_arch = ""
 
 # Agents as proposers (README.md, "Agents"): name one in [jobs] proposers as "agents.NAME",
-# or per job with `kernelab port REF --proposer agents.NAME`.
+# or per job with `kernelab port REF --proposer agents.NAME` (every key: docs/service.md).
 # [agents.local]
 # kind = "openai"                        # any OpenAI-compatible /v1/chat/completions endpoint
 # base_url = "http://127.0.0.1:8000/v1"
@@ -273,7 +336,13 @@ memory_gb = 0.0          # host memory limit per sandbox in GiB (a cgroup, else 
 # kind = "command"                       # a coding agent run non-interactively
 # command = ["my-agent", "--prompt-file", "{prompt}", "--workdir", "{workdir}"]
 # timeout_s = 600
+
 [cluster]
-backend = "local"        # "local" (this box's GPUs) or "ray" (a Ray cluster's: docs/cluster.md)
-address = "auto"         # Ray's address when backend = "ray": "auto", "HOST:PORT" or "ray://HOST:PORT"
+# "local": this box's GPUs (default). "ray": evaluations run on a Ray cluster's GPUs, one
+# actor per running job, while this daemon (on the head) keeps the inbox, the database and
+# the TUI; needs pip install 'kernelab[ray]' on every node (docs/cluster.md).
+backend = "local"
+# Ray's address when backend = "ray": "auto" (the cluster this node belongs to, started with
+# ray start), "HOST:PORT" (the head's GCS) or "ray://HOST:PORT" (Ray Client).
+address = "auto"
 """
