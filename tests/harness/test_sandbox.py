@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from kernelabd.config import Config, SandboxConfig
+from kernelabd.harness import shared
 from kernelabd.harness.check import run_check
 from kernelabd.harness.isolation import probe
 from kernelabd.harness.problem import load_problem
@@ -78,8 +79,10 @@ def run_inside(box: Sandbox, code: str, timeout_s: float = 120, device: str = "c
     source = box.workdir.parent / "probe.py"
     source.write_text(module)
     staged = box.stage_file(source, "probe.py")
-    box.request({"cmd": "load_candidate", "path": staged, "device": device, "shapes": [], "sets": [],
-                 "timing_sets": [], "gate": False}, deadline=time.monotonic() + timeout_s, what="probing")
+    with shared.Arena.allocate(device, shared.ALIGN) as state:     # no weights: an empty arena
+        box.request({"cmd": "load_candidate", "path": staged, "device": device, "shapes": [],
+                     "timing_sets": [], "arenas": [state.nbytes]}, fds=[state.fd],
+                    deadline=time.monotonic() + timeout_s, what="probing")
     return json.loads((box.workdir / "facts.json").read_text())
 
 

@@ -490,6 +490,8 @@ class Harness:
         if not hasattr(module, "ModelNew"):
             raise Refused("bad_candidate", "the candidate defines no ModelNew")
         arenas = self.open_arenas(msg, fds)
+        if not arenas:
+            raise Refused("protocol", "load_candidate needs the reference's state arena")
         state, timing = arenas[0], arenas[1] if len(arenas) > 1 else None
         try:
             for shape in msg["shapes"]:
