@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelabd.config import ConfigError, load
+from kernelabd.harness.problem import one_line
 from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import head_start
 from store.home import resolve_home
@@ -131,7 +132,7 @@ def check(reference: str, candidate: str, device: str, baseline: str | None, as_
         if debug:
             traceback.print_exc()
         result = CheckResult(verdict="error", rule="internal", device=device,
-                             reason=f"internal error: {type(exc).__name__}: {exc}")
+                             reason=f"internal error: {one_line(exc)}")
     if as_json:
         emit_json(result)
     else:

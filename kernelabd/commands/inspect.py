@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from kernelabd.client import ensure_home, home_option
+from kernelabd.harness.problem import one_line
 from store.home import resolve_home
 
 GiB = 1 << 30
@@ -119,7 +120,7 @@ def floor(capture: dict[str, Any], device: str, config: Any, home: Any, tf32: bo
             found = ceilings.measure(device)
             search.keep_ceilings(conn, ident.key, ident.name, found)
     except Exception as exc:  # out of memory on a busy GPU: no floor, and the report says why
-        return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        return {"error": one_line(exc)}
     finally:
         conn.close()
     return ceilings.floor_ms(capture, found, tf32=tf32)

@@ -20,6 +20,7 @@ import click
 import platformdirs
 
 from kernelabd.config import DEFAULT_TOML, ConfigError, load
+from kernelabd.harness import nvml
 from store.home import resolve_home
 
 SERVICE_NAME = "kernelabd.service"
@@ -374,11 +375,9 @@ def release_clocks(home: str | None) -> None:
 def reset_locked_clocks(gpus: list[int]) -> list[str]:
     """``nvmlDeviceResetGpuLockedClocks`` on ``gpus`` (every GPU when empty); returns one line
     per GPU that could not be reset. No driver means nothing was locked: no problem."""
-    import pynvml
-
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
+        pynvml = nvml.init()
+    except nvml.NvmlUnavailable as exc:
         click.echo(f"no NVIDIA driver ({exc}): nothing to release")
         return []
     problems: list[str] = []

@@ -24,17 +24,13 @@ from typing import Any
 from kernelabd.cudalang.loader import CompileError, CudaProgram, program_options
 from kernelabd.fingerprint import KernelPrint
 from kernelabd.fingerprint.sass import fingerprints, ptxas_report
+from kernelabd.harness.problem import one_line
 
 ARCH = re.compile(r"sm_(\d+)a?")
 
 
 class FingerprintError(RuntimeError):
     """The file cannot be fingerprinted; the message is one line naming the file and why."""
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def capability(arch: str) -> int:
@@ -217,20 +213,20 @@ def fingerprint_file(path: Path, arch: str = "sm_90", reference: Path | None = N
     try:
         module = import_file(path)
     except Exception as exc:
-        raise FingerprintError(f"{path}: importing it failed: {_one_line(exc)}") from exc
+        raise FingerprintError(f"{path}: importing it failed: {one_line(exc)}") from exc
     launches: dict[str, dict[str, Any]] = {}
     compiled: list[tuple[Any, Any]] = []
     if reference is not None and hasattr(module, "ModelNew"):
         try:
             ref, inputs = reference_at_gpu_sizes(reference)
         except Exception as exc:
-            raise FingerprintError(f"{reference}: building it failed: {_one_line(exc)}") from exc
+            raise FingerprintError(f"{reference}: building it failed: {one_line(exc)}") from exc
         try:
             model = module.ModelNew(*ref.get_init_inputs())
             with torch.no_grad(), recorded_launches(module) as launches, TritonCompileOnly() as triton_run:
                 model(*inputs)
         except Exception as exc:   # a Triton kernel that does not compile, a forward that raises
-            raise FingerprintError(f"{path}: compiling its forward failed: {_one_line(exc)}") from exc
+            raise FingerprintError(f"{path}: compiling its forward failed: {one_line(exc)}") from exc
         compiled = triton_run.kernels
     elif not cuda_programs(module):
         raise FingerprintError(f"{path}: its Triton kernels compile when forward runs, which needs "

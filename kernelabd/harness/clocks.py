@@ -15,6 +15,8 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
+from kernelabd.harness import nvml
+
 REASONS = {
     0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
     0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
@@ -30,14 +32,9 @@ class ClockError(RuntimeError):
 
 def _nvml() -> Any:
     try:
-        import pynvml
-    except ImportError as exc:
-        raise ClockError("nvidia-ml-py is not installed") from exc
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
+        return nvml.init()
+    except nvml.NvmlUnavailable as exc:
         raise ClockError(f"NVML unavailable: {exc}") from exc
-    return pynvml
 
 
 def reason_names(mask: int) -> list[str]:

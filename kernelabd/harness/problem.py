@@ -63,11 +63,13 @@ class Problem:
     sidecar_path: Path | None = None
 
 
-def one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException, limit: int | None = None) -> str:
     """``Type: message`` on one line with the whole message: the part after a line break or a
-    colon ("expected one of:") is often the part that says what was wrong."""
+    colon ("expected one of:") is often the part that says what was wrong. ``limit`` caps it
+    where it goes into a record or a message that must stay short."""
     text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if limit is None else line[:limit]
 
 
 def _shown(value: Any) -> str:

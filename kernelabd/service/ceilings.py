@@ -26,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kernelabd.harness import nvml
+from kernelabd.harness.problem import one_line
+
 if TYPE_CHECKING:
     import torch
 
@@ -194,19 +197,13 @@ def _nvml_state(uuid: str) -> tuple[str, str]:
     """The driver version and the GPU's application clocks through NVML ("unknown" without)."""
     driver, clocks = "unknown", "clocks unknown"
     with contextlib.suppress(Exception):   # no NVML binding or driver: the key says so
-        import pynvml
-
-        pynvml.nvmlInit()
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        pynvml = nvml.init()
+        driver = nvml.text(pynvml.nvmlSystemGetDriverVersion())
         handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
         sm = pynvml.nvmlDeviceGetApplicationsClock(handle, pynvml.NVML_CLOCK_SM)
         mem = pynvml.nvmlDeviceGetApplicationsClock(handle, pynvml.NVML_CLOCK_MEM)
         clocks = f"application clocks {sm}/{mem} MHz"
     return driver, clocks
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class CeilingsRecorder(Protocol):
@@ -230,7 +227,7 @@ def for_job(rec: CeilingsRecorder, job_id: int, device: str, lock_clocks: str,
         progress("measuring this device's ceilings (once per device, driver and clocks)")
         found = measure(device)
     except Exception as exc:
-        rec.event("ceilings.failed", f"{type(exc).__name__}: {exc}".splitlines()[0], level="warning",
+        rec.event("ceilings.failed", one_line(exc), level="warning",
                   job_id=job_id)
         return None
     rec.keep_ceilings(job_id, ident.key, found)

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelabd.config import Config
+from kernelabd.harness import nvml as nvml_lib
+from kernelabd.harness.problem import one_line
 from kernelabd.service.devices import Device, DeviceError, cpu_device, nvml_devices
 from kernelabd.service.recorder import RPC_METHODS, LocalRecorder
 from kernelabd.service.scheduler import Scheduler, Worker
@@ -57,11 +59,6 @@ class ClusterError(DeviceError):
     """The Ray cluster cannot be used as configured (one line naming the setting)."""
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
 def _ray() -> Any:
     try:
         import ray
@@ -78,9 +75,7 @@ def gpu_devices(gpu_ids: list[Any]) -> list[Device]:
     """The GPUs Ray gave this process, as the local scheduler describes them. Ray's GPU id is a
     CUDA index (NVML's too when the node runs with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
     docs/cluster.md) or, when the node's ``CUDA_VISIBLE_DEVICES`` named UUIDs, a UUID."""
-    from kernelabd.service.devices import _nvml
-
-    nvml = _nvml()
+    nvml = nvml_lib.init_or_none()
     found = nvml_devices(nvml, []) if nvml is not None else []
     out = []
     for gpu_id in map(str, gpu_ids):
@@ -105,9 +100,9 @@ def node_devices(kind: str, count: int) -> list[dict[str, Any]]:
 
 def node_samples(indices: list[int]) -> list[dict[str, Any]]:
     """NVML samples of this node's GPUs (by NVML index), for the head's ``gpu_samples``."""
-    from kernelabd.service.devices import _nvml, sample
+    from kernelabd.service.devices import sample
 
-    nvml = _nvml()
+    nvml = nvml_lib.init_or_none()
     now = time.time()
     return [] if nvml is None else [sample(nvml, Device(id=f"cuda:{i}", name="", index=i), now)
                                     for i in indices]
@@ -216,7 +211,7 @@ class RayScheduler(Scheduler):
                           namespace="kernelab")
         except Exception as exc:  # ConnectionError, a timeout, a version mismatch …
             raise ClusterError(f"[cluster] address {self.address!r}: cannot join the Ray "
-                               f"cluster: {_one_line(exc)}") from exc
+                               f"cluster: {one_line(exc, 300)}") from exc
         finally:
             for sig, handler in kept.items():
                 signal.signal(sig, handler)
@@ -234,7 +229,7 @@ class RayScheduler(Scheduler):
             socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
         except OSError as exc:
             raise ClusterError(f"[cluster] address {self.address!r}: no Ray head answers "
-                               f"there ({_one_line(exc)})") from exc
+                               f"there ({one_line(exc, 300)})") from exc
 
     def unit_kind(self, requested: str | None) -> str:
         """``GPU`` or the CPU stand-in, chosen as ``discover`` chooses locally: ``--device``
@@ -278,7 +273,7 @@ class RayScheduler(Scheduler):
             try:
                 found = self.ray.get(ref)
             except Exception as exc:
-                self.store.event("cluster.probe_failed", f"node {node}: {_one_line(exc)}",
+                self.store.event("cluster.probe_failed", f"node {node}: {one_line(exc, 300)}",
                                  level="warning")
                 continue
             for entry in found:
@@ -408,9 +403,9 @@ class RayScheduler(Scheduler):
                 raise ValueError(f"unknown call {method!r}")
             reply: tuple[str, Any] = ("ok", getattr(self.recorder, method)(*args))
         except Exception as exc:
-            self.store.event("daemon.error", f"{method}: {type(exc).__name__}: {exc}",
+            self.store.event("daemon.error", f"{method}: {one_line(exc)}",
                              level="error", job_id=worker.job_id)
-            reply = ("error", f"{type(exc).__name__}: {exc}")
+            reply = ("error", one_line(exc))
         ended = method == "end_job" and reply[0] == "ok"
         if ended:
             worker.job_id = None
@@ -430,10 +425,10 @@ class RayScheduler(Scheduler):
         self.next_scan = 0.0
         if job_id is None:
             self.retry_at = time.monotonic() + RETRY_S
-            self.store.event("cluster.actor_lost", f"{where}: {_one_line(exc)}", level="warning")
+            self.store.event("cluster.actor_lost", f"{where}: {one_line(exc, 300)}", level="warning")
             return
         self.store.interrupt_job(job_id, "queued")
-        self.store.event("job.node_lost", f"{where} lost mid-job ({_one_line(exc)}); queued "
+        self.store.event("job.node_lost", f"{where} lost mid-job ({one_line(exc, 300)}); queued "
                          "again: the in-flight candidate is evaluated again on another device",
                          level="warning", job_id=job_id)
 
@@ -442,7 +437,7 @@ class RayScheduler(Scheduler):
         job_id = self._drop(worker)
         cause = getattr(exc, "cause", None) or exc
         if job_id is not None:
-            self.worker_died(job_id, _one_line(cause))
+            self.worker_died(job_id, one_line(cause, 300))
 
     def interrupt(self, job_id: int, state: str) -> None:
         """Stop a running job now (its actor ends; the next job gets a fresh one)."""

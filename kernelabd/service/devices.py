@@ -11,6 +11,8 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
+from kernelabd.harness import nvml as nvml_lib
+
 
 class DeviceError(RuntimeError):
     """The requested device kind is not available here."""
@@ -49,20 +51,6 @@ def cpu_device() -> Device:
     return Device(id="cpu", name=name)
 
 
-def _nvml() -> Any | None:
-    """The initialised ``pynvml`` module, or None without a driver or GPU."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError subclasses, or the binding itself missing
-        return None
-    return pynvml
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 def nvml_devices(nvml: Any, only: list[int]) -> list[Device]:
     found = []
@@ -71,8 +59,8 @@ def nvml_devices(nvml: Any, only: list[int]) -> list[Device]:
             continue
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        found.append(Device(id=f"cuda:{index}", name=_text(nvml.nvmlDeviceGetName(handle)),
-                            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        found.append(Device(id=f"cuda:{index}", name=nvml_lib.text(nvml.nvmlDeviceGetName(handle)),
+                            uuid=nvml_lib.text(nvml.nvmlDeviceGetUUID(handle)),
                             memory_total_mb=memory.total / 2**20, index=index))
     return found
 
@@ -85,7 +73,7 @@ def discover(requested: str | None, gpus: list[int]) -> tuple[list[Device], Any 
     """
     if requested == "cpu":
         return [cpu_device()], None
-    nvml = _nvml()
+    nvml = nvml_lib.init_or_none()
     found = nvml_devices(nvml, gpus) if nvml is not None else []
     if found:
         return found, nvml

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelabd.config import Config, ConfigError, load
+from kernelabd.harness import nvml as nvml_lib
 from kernelabd.service.ceilings import describe
 from kernelabd.service.security import inbox_problem
 from store.db import SCHEMA_VERSION, StoreError, connect
@@ -118,16 +119,13 @@ class NoDriver(Exception):
 @contextmanager
 def nvml() -> Iterator[Any]:
     """``pynvml`` initialised for the block; ``NoDriver`` when this machine has no driver."""
-    import pynvml
-
     try:
-        pynvml.nvmlInit()
-    except (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded) as exc:
-        raise NoDriver(str(exc)) from exc
-    try:
-        yield pynvml
-    finally:
-        pynvml.nvmlShutdown()
+        with nvml_lib.opened() as pynvml:
+            yield pynvml
+    except nvml_lib.NvmlUnavailable as exc:
+        if exc.no_driver:
+            raise NoDriver(str(exc)) from exc
+        raise
 
 
 NO_GPU_HINT = ("kernelab still runs on the CPU (Triton interpreter) for trying it out, but "
@@ -135,14 +133,10 @@ NO_GPU_HINT = ("kernelab still runs on the CPU (Triton interpreter) for trying i
                "(nvidia-smi must work)")
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def check_driver() -> Check:
     try:
         with nvml() as pynvml:
-            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            driver = nvml_lib.text(pynvml.nvmlSystemGetDriverVersion())
             cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
     except NoDriver as exc:
         return Check("nvidia-driver", WARN, f"no NVIDIA driver (NVML: {exc}): no GPU here",
@@ -161,7 +155,7 @@ def check_gpus() -> Check:
             for index in range(pynvml.nvmlDeviceGetCount()):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
-                names.append(f"{index}: {_text(pynvml.nvmlDeviceGetName(handle))} "
+                names.append(f"{index}: {nvml_lib.text(pynvml.nvmlDeviceGetName(handle))} "
                              f"({memory:.0f} GiB)")
     except NoDriver:
         return Check("gpus", WARN, "no GPU found: kernelab will run on the CPU only",

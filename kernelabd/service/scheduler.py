@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kernelabd.config import Config
+from kernelabd.harness.problem import one_line
 from kernelabd.service.devices import Device
 from kernelabd.service.recorder import RPC_METHODS, LocalRecorder
 from store.home import Home
@@ -144,9 +145,9 @@ class Scheduler:
             value = getattr(self.recorder, method)(*args)
             reply: tuple[str, Any] = ("ok", value)
         except Exception as exc:
-            self.store.event("daemon.error", f"{method}: {type(exc).__name__}: {exc}",
+            self.store.event("daemon.error", f"{method}: {one_line(exc)}",
                              level="error", job_id=worker.job_id)
-            reply = ("error", f"{type(exc).__name__}: {exc}")
+            reply = ("error", one_line(exc))
         if method == "end_job" and reply[0] == "ok":
             worker.job_id = None
         try:
@@ -201,7 +202,7 @@ class Scheduler:
             try:
                 status, result = self.apply(cmd["verb"], cmd["job_id"], cmd["arg"])
             except Exception as exc:
-                status, result = "rejected", f"{type(exc).__name__}: {exc}"
+                status, result = "rejected", one_line(exc)
                 self.store.event("daemon.error", traceback.format_exc(limit=3), level="error")
             self.store.finish_command(cmd["id"], status, result)
             self.store.event(f"command.{status}", f"{cmd['verb']} {cmd['job_id']}: {result}",

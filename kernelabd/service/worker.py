@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelabd.config import Config
+from kernelabd.harness.problem import one_line
 
 PR_SET_PDEATHSIG = 1
 log = logging.getLogger("kernelab.worker")
@@ -109,7 +110,7 @@ def run_job(job_id: int, rec: RpcRecorder, *, config: Config, device: str,
         outcome = Loop(job_id, rec, config=config, device=device, workdir=work / f"job-{job_id}").run()
     except Exception as exc:
         log.error("job.crashed", extra={"job": job_id, "detail": traceback.format_exc()})
-        outcome = Outcome("failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        outcome = Outcome("failed", error=one_line(exc))
     rec.end_job(job_id, outcome.state, outcome.stop_reason, outcome.error)
 
 

@@ -33,6 +33,7 @@ import torch
 
 from kernelabd.harness import wire
 from kernelabd.harness.child import inputs
+from kernelabd.harness.problem import one_line
 from kernelabd.harness.timing import GRAPH_BELOW_MS, GRAPH_TARGET_MS
 
 # ``kernelabd.harness.child.server`` (loading, output checks) is imported where it is used: it
@@ -112,18 +113,13 @@ def compile_variant(index: int, path: str) -> dict[str, Any]:
             model(*_COMPILER["inputs"])
         uses = [fit.usage_of(kernel) for kernel, _ in compiled.kernels]
     except Exception as exc:  # a variant that does not compile is this screen's finding
-        return {"index": index, "status": "failed", "detail": _one_line(exc)}
+        return {"index": index, "status": "failed", "detail": one_line(exc, 300)}
     status = ("too_big" if any(u.too_big for u in uses) else
               "spills" if any(u.spills for u in uses) else "ok")
     return {"index": index, "status": status,
             "registers": max((u.registers for u in uses), default=None),
             "spills": max((u.stack_bytes for u in uses), default=None),
             "detail": "; ".join(p for u in uses for p in u.problems) or None}
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 # ----- the timing process ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from kernelabd.harness import gate, shared, wire
+from kernelabd.harness import gate, problem, shared, wire
 from kernelabd.harness.child import capture, perturb
 from kernelabd.harness.child import inputs as reference_inputs
 from kernelabd.harness.child.inputs import (
@@ -158,7 +158,7 @@ class LaunchCounter:
 
 # The harness modules this process runs besides this one: replacing a function of any of them
 # is tampering. tests/harness/test_tamper_list.py fails if the child imports one not listed.
-WATCHED_MODULES: tuple[ModuleType, ...] = (gate, perturb, wire, shared, reference_inputs, capture)
+WATCHED_MODULES: tuple[ModuleType, ...] = (gate, perturb, wire, shared, reference_inputs, capture, problem)
 
 
 def _harness_objects() -> dict[str, Any]:
@@ -950,8 +950,7 @@ def _cudart() -> Any:
 
 
 def error_reply(exc: BaseException, where: str) -> dict[str, Any]:
-    lines = str(exc).strip().splitlines()
-    reply: dict[str, Any] = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}",
+    reply: dict[str, Any] = {"error": problem.one_line(exc, 500),
                              "where": where, "traceback": traceback.format_exc()[-3000:]}
     if isinstance(exc, SystemExit):
         reply["error"] = f"called sys.exit({exc.code!r}) while {where.replace('_', ' ')}"

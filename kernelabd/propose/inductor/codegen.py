@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from kernelabd.harness.problem import one_line
 from kernelabd.propose.inductor.emit import Port, port
 from kernelabd.propose.inductor.parse import Arg, Capture, Unsupported
 from kernelabd.pysource import parse
@@ -233,9 +234,7 @@ def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEF
                 compiled(*inputs)
         except Exception as exc:
             if "code" not in seen or run:
-                msg = str(exc).strip().splitlines()
-                raise Unsupported(f"torch.compile failed: {type(exc).__name__}: {msg[0] if msg else ''}"
-                                  [:300]) from exc
+                raise Unsupported(f"torch.compile failed: {one_line(exc, 280)}") from exc
     outs = list(eager) if isinstance(eager, tuple | list) else [eager]
     if not all(isinstance(t, torch.Tensor) for t in outs):
         raise Unsupported("forward returns something other than tensors")
@@ -308,8 +307,7 @@ def _main() -> int:
     try:
         answer = generate(request["source"], request["device"], request["shapes"], request.get("mode", DEFAULT))
     except Exception as exc:   # the reference is arbitrary code; any failure is a decline
-        msg = str(exc).strip().splitlines()
-        answer = {"declined": f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500]}
+        answer = {"declined": one_line(exc, 500)}
     Path(request["out"]).write_text(json.dumps(answer))
     return 0
 

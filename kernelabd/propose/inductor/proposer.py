@@ -9,6 +9,7 @@ import logging
 import os
 from typing import Any
 
+from kernelabd.harness import nvml
 from kernelabd.harness.check import gate_shapes
 from kernelabd.propose.base import Decline, JobContext, Proposal, ProposerUnavailable
 from kernelabd.propose.inductor.codegen import DEFAULT, MODES
@@ -38,17 +39,10 @@ def _gpu_present() -> bool:
     """Whether an NVIDIA GPU is visible, asked through NVML: unlike ``torch.cuda``, it does not
     initialise CUDA in the worker, which forks sandboxes."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
+        with nvml.opened() as pynvml:
+            return int(pynvml.nvmlDeviceGetCount()) > 0
+    except Exception:   # no NVML, or a driver that cannot count its GPUs: no GPU to use
         return False
-    try:
-        return int(pynvml.nvmlDeviceGetCount()) > 0
-    except Exception:
-        return False
-    finally:
-        pynvml.nvmlShutdown()
 
 
 class InductorProposer:

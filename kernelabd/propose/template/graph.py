@@ -41,6 +41,7 @@ import torch.nn as nn
 from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
 
+from kernelabd.harness.problem import one_line
 from kernelabd.propose.template.canon import (
     ELEMENTWISE,
     EXPRESSION_OPERATORS,
@@ -457,9 +458,6 @@ def _canon_kind(node: fx.Node, gm: fx.GraphModule) -> str | None:
     return op.kind if op is not None else None
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:300]
 
 
 def _build(source: str, constants: dict[str, Any] | None, device: str) -> tuple[nn.Module, list[Any]]:
@@ -479,12 +477,12 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
         try:
             model, inputs = _build(source, constants, device)
         except Exception as exc:  # the reference is arbitrary user code
-            failures.append(f"building the model and inputs failed: {_first_line(exc)}")
+            failures.append(f"building the model and inputs failed: {one_line(exc, 300)}")
             continue
         try:
             gm = fx.symbolic_trace(model)
         except Exception as exc:
-            raise NotRecognised(f"torch.fx cannot trace forward: {_first_line(exc)}") from exc
+            raise NotRecognised(f"torch.fx cannot trace forward: {one_line(exc, 300)}") from exc
         why = functionalise(gm)
         if why is not None:
             raise NotRecognised(why)
@@ -495,7 +493,7 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
                 if decompose(gm) | explicit_casts(gm):
                     ShapeProp(gm).propagate(*inputs)
         except Exception as exc:
-            failures.append(f"running forward on {device} tensors failed: {_first_line(exc)}")
+            failures.append(f"running forward on {device} tensors failed: {one_line(exc, 300)}")
             continue
         g = Graph(gm, model)
         return Graph(gm, model, rename=True) if g.leaves else g

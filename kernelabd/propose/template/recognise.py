@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelabd.harness.problem import Sidecar
+from kernelabd.harness.problem import Sidecar, one_line
 from kernelabd.propose.isolated import write_phase
 from kernelabd.propose.template.match import Match
 from kernelabd.propose.template.proposer import TF32X3, Miss, match_graph, recognise_graph
@@ -45,9 +45,7 @@ def _main() -> int:
     try:
         result = answer(request)
     except Exception as exc:   # the reference is arbitrary code; any failure is a decline
-        lines = str(exc).strip().splitlines()
-        result = {"declined": f"recognising the graph failed: {type(exc).__name__}: "
-                              f"{lines[0] if lines else ''}"[:500], "unknown": [], "kinds": []}
+        result = {"declined": f"recognising the graph failed: {one_line(exc, 460)}", "unknown": [], "kinds": []}
     Path(request["out"]).write_text(json.dumps(result))
     return 0
 
