@@ -36,7 +36,7 @@ TYPO = ("merge(m, s, x[c], 1.f)", "merge(m, s, z[c], 1.f)")
 
 def kernelab(*args: str) -> tuple[int, dict]:
     """Run one kernelab command as a user would; its single JSON object and exit code."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run([*KERNELAB, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=1800)

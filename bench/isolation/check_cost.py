@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernelabd.config import SandboxConfig  # noqa: E402
+from kernelabd.harness import shared  # noqa: E402
 from kernelabd.harness.isolation import probe  # noqa: E402
 from kernelabd.harness.sandbox import Sandbox, SandboxSpec  # noqa: E402
 
@@ -52,8 +53,10 @@ def startup_s(mode: str, device: str, source: Path) -> float:
     t0 = time.monotonic()
     with Sandbox(SandboxSpec.from_config(SandboxConfig(isolation=mode), device, "bench")) as box:
         staged = box.stage_file(source, "trivial.py")
-        box.request({"cmd": "load_candidate", "path": staged, "device": device, "shapes": [], "sets": [],
-                     "timing_sets": [], "gate": False}, deadline=time.monotonic() + 300, what="starting")
+        with shared.Arena.allocate(device, shared.ALIGN) as state:     # no weights: an empty arena
+            box.request({"cmd": "load_candidate", "path": staged, "device": device, "shapes": [],
+                         "timing_sets": [], "arenas": [state.nbytes]}, fds=[state.fd],
+                        deadline=time.monotonic() + 300, what="starting")
         return time.monotonic() - t0
 
 
