@@ -1,0 +1,2 @@
+import torch
+ModelNew = object
