@@ -16,6 +16,7 @@ problem, and a plan that fits leaves a margin for what this model does not see.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -76,6 +77,7 @@ class Plan:
     needs_device_bytes: int = 0
     needs_host_bytes: int = 0
     sandbox_host_limit_bytes: int = 0
+    screening: bool = True          # the tuner's screening sandbox fits beside the rest
     fits: bool = True
     reason: str | None = None
 
@@ -83,7 +85,7 @@ class Plan:
         return asdict(self)
 
 
-def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> int:
+def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int, screening: bool = True) -> int:
     """Bytes in use at the job's busiest moment: a candidate gated or timed while the incumbent
     (or, before there is one, the reference as the baseline) holds its timing buffers and the
     reference re-checks a timed sample.
@@ -95,7 +97,8 @@ def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> 
     the synchronisation rule's snapshot); while timed, its timing inputs, work buffers and
     graphs. Incumbent: weights, timing inputs, work buffers and graphs. The re-check: perturbed
     inputs and a float64 forward, in the plan's batch chunks. Screening (a GPU job's tuner):
-    its sandbox's own inputs, the reference's output and a variant's allocations.
+    its sandbox's own inputs, the reference's output and a variant's allocations, when the
+    job screens (``screening``).
     """
     main, extra = shapes[0], shapes[1:]
     i, o, pk = main.inputs_bytes, main.outputs_bytes, max(main.peak_bytes, main.outputs_bytes)
@@ -107,8 +110,8 @@ def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int) -> 
     incumbent = main.params_bytes + timing_buffers
     recheck = i + main.f64_peak(chunks)
     build = max(s.f64_peak() for s in extra) if extra else 0
-    screening = main.params_bytes + i + o + pk
-    return int(stored + candidate + incumbent + screening + max(recheck, build))
+    screener = main.params_bytes + i + o + pk if screening else 0
+    return int(stored + candidate + incumbent + screener + max(recheck, build))
 
 
 def chunk_counts(main: ShapeProbe) -> list[int]:
@@ -125,8 +128,11 @@ def _fmt(n: float) -> str:
 def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, device_free: int,
               host_total: int, host_available: int, variants: list[str]) -> Plan:
     """Choose the largest set of input sets that fits, most important first, with the fewest
-    oracle chunks; raise ``PlanError`` with the need and the capacity when even the least does
-    not. On a GPU the data lives in device memory; on a CPU in the host's."""
+    oracle chunks, and the tuner's screening sandbox where it fits too: what the gate checks
+    comes before how fast the search is, so a tight problem screens nothing (it tunes one
+    change per candidate) before it gives up a gate set. Raise ``PlanError`` with the need and
+    the capacity when even the least does not fit. On a GPU the data lives in device memory;
+    on a CPU in the host's."""
     probes = [ShapeProbe.from_json(s) for s in shapes]
     main = probes[0]
     wanted = [v for v in FULL_GATE if v in variants or v == "base"]
@@ -138,18 +144,17 @@ def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, devi
     limit = max(SANDBOX_HOST_FLOOR, int(HOST_MARGIN * max(host_total, host_available) / SANDBOXES))
     least = None
     for keep in range(len(wanted), 1, -1):          # the gate's sets before the timing's
-        for n_timing in TIMING_SETS:
-            for chunks in chunk_counts(main):
-                need = needs(probes, keep, n_timing, chunks)
-                least = need if least is None else min(least, need)
-                if need > budget:
-                    continue
-                return Plan(device=device, device_total_bytes=device_total, device_free_bytes=device_free,
-                            host_total_bytes=host_total, bytes=sizes, gate_sets=keep, timing_sets=n_timing,
-                            variants=wanted[:keep], dropped=wanted[keep:],
-                            oracle="chunked" if chunks > 1 else "whole", oracle_chunks=chunks,
-                            needs_device_bytes=need if on_gpu else 0, needs_host_bytes=0 if on_gpu else need,
-                            sandbox_host_limit_bytes=limit)
+        for screening, n_timing, chunks in itertools.product((True, False), TIMING_SETS, chunk_counts(main)):
+            need = needs(probes, keep, n_timing, chunks, screening)
+            least = need if least is None else min(least, need)
+            if need > budget:
+                continue
+            return Plan(device=device, device_total_bytes=device_total, device_free_bytes=device_free,
+                        host_total_bytes=host_total, bytes=sizes, gate_sets=keep, timing_sets=n_timing,
+                        variants=wanted[:keep], dropped=wanted[keep:],
+                        oracle="chunked" if chunks > 1 else "whole", oracle_chunks=chunks,
+                        needs_device_bytes=need if on_gpu else 0, needs_host_bytes=0 if on_gpu else need,
+                        sandbox_host_limit_bytes=limit, screening=screening)
     where = "GPU memory" if on_gpu else "host memory"
     has = device_free if on_gpu else host_available
     raise PlanError(f"needs {_fmt(least or 0)} of {where} for the least the gate keeps (two input sets "

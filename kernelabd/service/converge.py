@@ -431,7 +431,7 @@ class Loop:
         assert self.session.plan is not None
         plan = self.session.plan.to_json()
         self.rec.update_job(self.job_id, {"plan": plan})
-        if plan["dropped"] or plan["oracle"] != "whole" or plan["timing_sets"] < 2:
+        if plan["dropped"] or plan["oracle"] != "whole" or plan["timing_sets"] < 2 or not plan.get("screening", True):
             self.rec.event("plan.reduced", _plan_line(plan), job_id=self.job_id)
 
     def named(self, text: str) -> str:
@@ -535,6 +535,8 @@ def _plan_line(plan: dict[str, Any]) -> str:
         parts.append(f"dropped {', '.join(plan['dropped'])}")
     if plan["oracle"] != "whole":
         parts.append(f"float64 oracle in {plan['oracle_chunks']} batch chunks")
+    if not plan.get("screening", True):
+        parts.append("no screening (its sandbox does not fit; one tunable a candidate)")
     return "memory plan: " + "; ".join(parts)
 
 

@@ -51,7 +51,9 @@ def search_context(loop: Loop, ctx: JobContext) -> JobContext:
     """``ctx`` with what a model-based tuner needs: the job's screened rows, the tuning cache's
     entries for the incumbent's kernel, and how large a batch this job may screen."""
     search = loop.config.search
-    screens = ctx.sidecar.target == "triton" and (loop.device != "cpu" or search.on_cpu)
+    plan = loop.session.plan if loop.session is not None else None
+    screens = (ctx.sidecar.target == "triton" and (loop.device != "cpu" or search.on_cpu)
+               and (plan is None or plan.screening))
     batch = search.batch if screens else 0
     return replace(ctx, screened=tuple(ScreenedRow.from_row(r) for r in loop.rec.screened(loop.job_id)),
                    cached=tuple(cached_for(loop, ctx.incumbent)), screen_batch=batch)

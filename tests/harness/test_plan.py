@@ -35,15 +35,26 @@ def test_kernelbench_softmax_at_its_own_size_fits_with_one_timing_set():
 
 
 def test_larger_problems_drop_the_gate_variants_before_its_two_base_sets():
-    plan = make_plan([probe(7.0)], "cuda:0", *H200, *HOST, ALL)
+    plan = make_plan([probe(9.0)], "cuda:0", *H200, *HOST, ALL)
     assert plan.dropped and plan.variants[:2] == ["base", "base"] and plan.gate_sets >= 2
 
 
+def test_a_tight_problem_gives_up_screening_before_a_gate_set():
+    """36_RMSNorm_ at its own size (7 GiB in and out, batch 112) on an H200 with 124.1 GiB free,
+    as the port of session 9 found it: with the screening sandbox it needed 105.8 GiB of 105.5
+    usable and was refused; without it, the gate keeps its base sets and the job runs."""
+    rmsnorm = probe(7.0, peak_gib=7.1, batch=112)
+    plan = make_plan([rmsnorm], "cuda:0", 139.8 * GiB, 124.1 * GiB, *HOST, ALL)
+    assert not plan.screening and plan.gate_sets >= 2 and plan.variants[:2] == ["base", "base"]
+    assert plan.needs_device_bytes <= 0.85 * 124.1 * GiB
+    assert make_plan([probe(0.1)], "cuda:0", *H200, *HOST, ALL).screening, "screening wherever it fits"
+
+
 def test_the_oracle_is_chunked_only_along_a_batch():
-    tight = make_plan([probe(5.0, peak_gib=10.0)], "cuda:0", *H200, *HOST, ["base"])
+    tight = make_plan([probe(5.0, peak_gib=16.0)], "cuda:0", *H200, *HOST, ["base"])
     assert tight.oracle == "chunked" and 4096 % tight.oracle_chunks == 0
     with pytest.raises(PlanError):
-        make_plan([probe(5.0, peak_gib=10.0, batch=None)], "cuda:0", *H200, *HOST, ["base"])
+        make_plan([probe(5.0, peak_gib=16.0, batch=None)], "cuda:0", *H200, *HOST, ["base"])
 
 
 def test_a_problem_that_cannot_fit_is_refused_with_what_it_needs_and_what_the_device_has():

@@ -1,2 +1,1 @@
-import torch
 ModelNew = object
