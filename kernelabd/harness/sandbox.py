@@ -351,10 +351,17 @@ class Sandbox:
                 self._dir.chmod(0o711)
 
     def stage_file(self, path: Path, name: str) -> str:
-        """Copy a source file into the sandbox's directory: it reads that copy, never ours."""
+        """Copy a source file into the sandbox's directory: it reads that copy, never ours.
+
+        Staged again (the reference, for every probe and reseed) the old copy is replaced, never
+        written through: the directory is the sandbox's too, and what it left under that name (a
+        read-only file, a symbolic link to a file of ours) must not be followed."""
         dest = self.workdir / name
-        shutil.copyfile(path, dest)
-        dest.chmod(0o444)
+        with contextlib.suppress(FileNotFoundError):
+            dest.unlink()
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        with os.fdopen(fd, "wb") as out, path.open("rb") as src:
+            shutil.copyfileobj(src, out)
         return str(dest)
 
     def _memory_error(self, said: str, what: str) -> SandboxError | None:

@@ -26,7 +26,7 @@ import torch
 from kernelabd.config import Config, SandboxConfig
 from kernelabd.harness import shared
 from kernelabd.harness.check import run_check
-from kernelabd.harness.isolation import probe
+from kernelabd.harness.isolation import environment_paths, probe
 from kernelabd.harness.problem import load_problem
 from kernelabd.harness.sandbox import (
     OUTPUT_CAP,
@@ -238,7 +238,10 @@ def test_a_sandbox_sees_no_home_no_other_sandbox_and_only_its_own_directory(fenc
     facts = fence["facts"]
     hidden = {k: v for k, v in facts["sees"].items() if v}
     assert not hidden, f"visible from inside the sandbox: {hidden}"
-    assert facts["tmp"] == [fence["workdir"].parent.name], "of the temporary directory, only its own"
+    tmp = fence["workdir"].parent.parent
+    mounted = {Path(p).relative_to(tmp).parts[0] for p in environment_paths({}) if Path(p).is_relative_to(tmp)}
+    assert facts["tmp"] == sorted({fence["workdir"].parent.name} | mounted), \
+        "of the temporary directory, only its own (and the environment where it lives there)"
     assert facts["write_workdir"] == "ok"
     assert facts["reads_environment"] and facts["write_environment"] == "EROFS", "the Python environment is read-only"
 
@@ -447,3 +450,25 @@ def test_a_reference_that_draws_on_the_host_still_gets_its_inputs():
     with pytest.raises(ZeroDivisionError):
         on_device("meta", 7, lambda: 1 / 0)
 
+
+
+def test_staging_again_replaces_the_copy_and_never_follows_what_the_sandbox_left(tmp_path: Path) -> None:
+    """The reference is staged for every probe and reseed: a second copy must replace the
+    read-only first (as an ordinary user too), and a symbolic link the sandbox put in its place
+    must not carry the trusted side's write to a file of ours."""
+    ours = tmp_path / "kernelab.toml"
+    ours.write_text("ours")
+    source = tmp_path / "ref.py"
+    source.write_text("first")
+    box = Sandbox(SandboxSpec(label="stage"))
+    try:
+        box.stage_file(source, "ref.py")
+        source.write_text("second")
+        assert Path(box.stage_file(source, "ref.py")).read_text() == "second"
+        (box.workdir / "ref.py").unlink()
+        (box.workdir / "ref.py").symlink_to(ours)
+        staged = Path(box.stage_file(source, "ref.py"))
+        assert not staged.is_symlink() and staged.read_text() == "second"
+        assert ours.read_text() == "ours"
+    finally:
+        box.close()
