@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import pytest
 
 from kernelabd.harness.isolation import probe
 from store.db import connect
+from tests.loopback import Listener
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -31,24 +30,6 @@ HOSTILE = ("kill_everything", "snoop_secrets", "connect_loopback", "fork_survivo
 SURVIVOR = "fork_survivor-sleeper"
 pytestmark = pytest.mark.skipif(not probe("namespaces", "").namespaced,
                                 reason="no namespaces here: candidates would reach the trusted side")
-
-
-class Listener:
-    """A TCP server on loopback counting the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
 
 
 def survivors(scratch: Path) -> list[int]:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from kernelabd.harness.sandbox import (
     sweep_abandoned,
 )
 from kernelabd.harness.session import Session
+from tests.loopback import Listener
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax.py"
@@ -99,28 +99,6 @@ def processes_with(marker: str) -> list[int]:
             if marker.encode() in seen:
                 found.append(int(entry))
     return found
-
-
-class Listener:
-    """A TCP server on loopback that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 FENCE_PROBE = """
