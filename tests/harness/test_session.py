@@ -54,6 +54,9 @@ def test_the_memory_plan_is_made_before_the_reference_sets(tmp_path: Path):
         assert plan is not None and plan.fits and plan.device == "cpu"
         assert plan.gate_sets == len([s for s in session.ref.sets[:session.ref.n_gate] if s.shape == 0])
         assert plan.bytes["inputs"] > 0 and plan.needs_host_bytes > 0
+        peers = session.peers(["compile", "compile_max_autotune"])
+    assert peers["note"] and peers["compile_ms"] is None and peers["best"] == "eager", \
+        "a CPU job compiles nothing with torch.compile (a C++ build per job, times unlike a GPU's)"
 
 
 def test_a_reference_that_dies_says_where(tmp_path: Path):
