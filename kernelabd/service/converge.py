@@ -523,8 +523,8 @@ class Loop:
             error = (f"no candidate passed the gate ({len(failures)} rejected; last: {who}: "
                      f"{last.rule}: {last.reason})")
         else:
-            error = (f"no candidate to evaluate: no starting {start} and no proposer "
-                     f"({', '.join(self.limits.proposers) or 'none'}) produced one")
+            error = (f"no candidate to evaluate for {self.job['problem_name']}.py: no starting "
+                     f"{start} and no proposer ({', '.join(self.limits.proposers) or 'none'}) produced one")
         return Outcome("failed", stop_reason=reason, error=_one_line(error))
 
 

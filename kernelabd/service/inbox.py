@@ -281,10 +281,14 @@ class Inbox:
     @contextlib.contextmanager
     def taking(self, paths: list[Path]) -> Iterator[None]:
         """Name ``paths`` in the marker while they are read and recorded; a marker still there
-        at the next start means the daemon died on them (``quarantine``)."""
+        at the next start means the daemon died on them (``quarantine``). It appears whole
+        (written aside, then renamed): a daemon killed while writing it leaves no empty marker
+        that would let the file it died on through again."""
+        aside = self.marker.with_name(self.marker.name + ".new")
         try:
-            self.marker.write_text(json.dumps({"pid": os.getpid(), "since": time.time(),
-                                               "files": [p.name for p in paths]}))
+            aside.write_text(json.dumps({"pid": os.getpid(), "since": time.time(),
+                                         "files": [p.name for p in paths]}))
+            os.replace(aside, self.marker)
         except OSError as exc:  # an unwritable inbox loses the guard, not the file
             log.warning("inbox.marker", extra={"detail": f"{self.marker}: {exc}"})
         try:
