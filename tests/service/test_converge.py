@@ -225,3 +225,28 @@ def test_a_malformed_starting_candidate_is_its_own_recorded_gate_failure(home, k
     assert outcome.state == "failed"
     assert outcome.error.startswith("no candidate passed the gate (1 rejected; last: softmax.new.py "
                                     "(the starting candidate): bad_candidate: softmax.new.py")
+
+
+def test_the_first_port_is_evaluated_before_the_peers_are_timed_and_the_job_still_has_them(
+        home, kit, monkeypatch):
+    """Timing torch.compile's peers compiles the reference twice; the user waits for a first
+    verified port, so it comes first, and a job stopping right after it still records them."""
+    from kernelabd.harness.session import Session
+
+    source = (kit.examples / "softmax.py").read_text()
+    honest = (kit.examples / "softmax.new.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source, start_source=honest),
+                           {"proposers": ["tune"], "max_candidates": 1})
+    loop.config.jobs.peers = ["compile", "compile_max_autotune"]     # the tests' home times none
+    evaluated_when_timed = []
+    peers = Session.peers
+
+    def spy(self, modes):
+        evaluated_when_timed.append([c.verdict for c in loop.history if c.state == "done"])
+        return peers(self, modes)
+
+    monkeypatch.setattr(Session, "peers", spy)
+    outcome = loop.run()
+    assert outcome.state == "done", outcome.error
+    assert evaluated_when_timed == [["pass"]], "peers timed once, after the first port passed its gate"
+    assert json.loads(store.job(loop.job_id)["peers"])["note"] == "torch.compile is timed on GPU jobs only"

@@ -82,6 +82,40 @@ def build(module: Any, init: list[Any], state: dict[str, torch.Tensor]) -> torch
 
 # ----- compile-only processes ------------------------------------------------------------------
 _COMPILER: dict[str, Any] = {}
+COMPILER_OVERHEAD_BYTES = 2 << 30
+"""Host memory a compile-only process takes besides the reference's tensors: an interpreter with
+torch and Triton imported, and ptxas at work."""
+
+
+def tensor_bytes(values: list[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def host_available_bytes() -> int | None:
+    """Memory the host can still give (``MemAvailable``; the free pages where /proc is not
+    readable), None where neither can be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def compile_workers(asked: int, reference_bytes: int) -> int:
+    """As many compile-only processes as asked, but no more than half the host's available
+    memory holds: each builds the reference's inputs and weights on the host, and sixteen copies
+    of a KernelBench problem's 7 GiB of inputs are more than a 128 GiB host has."""
+    available = host_available_bytes()
+    if available is None:
+        return max(1, asked)
+    return max(1, min(asked, available // 2 // (reference_bytes + COMPILER_OVERHEAD_BYTES)))
+
 
 
 def compiler_init(arch: str, reference: str, constants: dict[str, Any]) -> None:
@@ -156,11 +190,12 @@ class Screen:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         arch = msg.get("arch") or self.device_arch()
+        self.build_reference(msg["reference"], msg["constants"])
         if arch:
-            self.pool = ProcessPoolExecutor(max_workers=max(1, int(msg["workers"])),
+            workers = compile_workers(int(msg["workers"]), tensor_bytes([*self.inputs, *self.state.values()]))
+            self.pool = ProcessPoolExecutor(max_workers=workers,
                                             mp_context=multiprocessing.get_context("spawn"), initializer=compiler_init,
                                             initargs=(arch, msg["reference"], msg["constants"]))
-        self.build_reference(msg["reference"], msg["constants"])
         self.ready = True
 
     def device_arch(self) -> str | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import torch
 
+from kernelabd.harness.child import screen
 from kernelabd.harness.child.screen import build
 
 CANDIDATE = '''
@@ -41,3 +43,18 @@ def test_state_the_weights_do_not_cover_is_built_as_written():
                                          'self.register_buffer("cache", torch.arange(n), persistent=False)'))
     model = build(module, [8], {"lin.weight": torch.randn(8, 8), "lin.bias": torch.randn(8)})
     assert module.INITIALISED == ["meta", "cpu"] and torch.equal(model.cache, torch.arange(8))
+
+
+def test_compile_processes_are_as_many_as_asked_while_half_the_hosts_memory_holds_them(monkeypatch):
+    GiB = 1 << 30
+    monkeypatch.setattr(screen, "host_available_bytes", lambda: 128 * GiB)
+    assert screen.compile_workers(16, 10 << 20) == 16, "small problems use every core"
+    assert screen.compile_workers(16, 7 * GiB) == 7, "64 GiB hold seven copies of 7 GiB inputs with their interpreters"
+    assert screen.compile_workers(16, 200 * GiB) == 1, "one process compiles, however large the problem"
+    monkeypatch.setattr(screen, "host_available_bytes", lambda: None)
+    assert screen.compile_workers(4, 7 * GiB) == 4, "unknown free memory leaves the asked count"
+
+
+def test_the_available_memory_is_read_from_this_host():
+    available = screen.host_available_bytes()
+    assert available is not None and 0 < available <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
