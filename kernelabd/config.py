@@ -252,7 +252,7 @@ max_minutes = 30.0
 patience = 8
 # Proposers that suggest candidates, in this order (README: "Proposers").
 proposers = ["template", "inductor", "tune"]
-# torch.compile modes a GPU job times the reference under at its start, as the peers a kept
+# torch.compile modes a GPU job times the reference under after its first candidate, as the peers a kept
 # candidate is compared with (report.json "peers"): "compile" (the default mode) and
 # "compile_max_autotune" (max-autotune-no-cudagraphs). [] = none.
 peers = ["compile", "compile_max_autotune"]

@@ -227,8 +227,8 @@ def test_seeds_times_a_seed_and_its_variants_against_eager(tmp_path):
     assert row["values"]["one"] == {**row["values"]["seed"], "STAGES": 2}
     assert all(d < 1e-5 for d in row["rel_error_vs_eager"].values())
     assert row["floor"]["bound"] == "memory"
-    assert ("| softmax | one | TILE=4096, PER_THREAD=32, STAGES=2, PER_SM=16, EVICT=0, CHUNK=8192, SPLIT=0 |"
-            in proc.stdout)
+    assert ("| softmax | one | TILE=4096, PER_THREAD=32, STAGES=2, PER_SM=16, EVICT=0, CHUNK=16384, SPLIT=0, "
+            "SPLIT_STAGES=2 |" in proc.stdout)
 
 
 def test_hopper_times_each_seed_beside_its_known_good_starts(tmp_path):

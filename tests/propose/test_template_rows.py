@@ -14,7 +14,7 @@ from tests.gating import assert_passes, gate
 from tests.propose.template_sweep import assert_accurate, sweep
 from tests.propose.test_template import context, reference
 
-SPLIT = [{"SPLIT": 1, "CHUNK": 512, "TILE": 256}, {"SPLIT": 1, "CHUNK": 4096, "TILE": 1024, "STAGES": 2},
+SPLIT = [{"SPLIT": 1, "CHUNK": 512, "TILE": 256}, {"SPLIT": 1, "CHUNK": 4096, "TILE": 1024, "SPLIT_STAGES": 3},
          {"SPLIT": 1, "CHUNK": 64, "TILE": 64, "PER_THREAD": 4}]
 """Chunks of several tiles, one tile, and many small chunks (the lead then spans many slices)."""
 

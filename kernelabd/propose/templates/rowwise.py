@@ -136,17 +136,24 @@ SPLIT = [0, 1]
 """The split kernel's chunk (elements of a slice an item reads) and ``SPLIT = 1`` to take it
 for every slice (0: for slices wider than ``MAX_SLICE``, or when slices are too few to give
 every SM a tile). A chunk is a trade: the ticket is one atomic per item, and the lead that keeps
-the apply items from waiting is ``chunks + programs`` items, all of whose data must stay in L2."""
-SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0, "CHUNK": 8192, "SPLIT": 0}
+the apply items from waiting is ``chunks + programs`` items, all of whose data must stay in L2.
+``SPLIT_STAGES`` is the split kernel's own ``STAGES``: what pays differs between the two."""
+SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0, "CHUNK": 16384, "SPLIT": 0,
+        "SPLIT_STAGES": 2}
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
     "any": [SEED,
             {**SEED, "PER_THREAD": 16, "PER_SM": 8},
             {**SEED, "PER_SM": 0},
-            {**SEED, "STAGES": 2, "CHUNK": 16384}],
+            {**SEED, "STAGES": 2},
+            {**SEED, "CHUNK": 8192, "SPLIT_STAGES": 1}],
 }
 """Known-good starting configurations on sm_90 (the row kernels are the same for every dtype:
 statistics are fp32), best first; the first is the seed (figures: bench/port/README.md,
-"Template seeds"). Each dict sets every tunable."""
+"Template seeds"). On the H200 the split kernel ran 1.40× and 1.16× faster at two stages and
+16384-element chunks than at one stage and 8192 (softmax_wide_rows, layernorm_wide), while two
+stages in the in-register kernel cost softmax 10 % and gained LayerNorm 2 % (bench/port/README.md,
+"H200, 2026-12-02"): the seed takes the split kernel's best and keeps one stage in registers;
+the former split setting is the last start. Each dict sets every tunable."""
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
           "rms_norm": "RMSNorm"}
 
@@ -155,7 +162,7 @@ def tunable_values(prefix: str = "") -> dict[str, list[int]]:
     """The row kernels' ``TUNABLES``, named with ``prefix`` when they share a file with
     another template's."""
     values = {"TILE": TILES, "PER_THREAD": PER_THREAD, "STAGES": STAGES, "PER_SM": PER_SM, "EVICT": EVICT,
-              "CHUNK": CHUNKS, "SPLIT": SPLIT}
+              "CHUNK": CHUNKS, "SPLIT": SPLIT, "SPLIT_STAGES": STAGES}
     return {prefix + k: v for k, v in values.items()}
 
 
@@ -314,7 +321,8 @@ def _warps(elements: int, per_thread: int) -> int:
     return min({MAX_WARPS}, triton.next_power_of_2(triton.cdiv(elements, 32 * per_thread)))
 
 
-def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, stages, evict, chunk, split):
+def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, stages, evict, chunk, split,
+                split_stages):
     """One row operation over ``x`` into ``out``: ``kernels`` is (in-register kernel, split
     kernel, the split kernel's statistics a column); the first for slices it holds, the second
     for wider ones or too few to fill the GPU."""
@@ -324,7 +332,8 @@ def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, st
     block_c = max(1, min(triton.next_power_of_2(cols), tile // block_r))
     blocks = slabs * triton.cdiv(cols, block_c)
     if split or block_r * block_c > {MAX_SLICE} or (blocks < sms and R * block_c >= 2 * chunk):
-        _split_launch(*kernels[1:], x, out, slabs, cols, R, strides, extra, tile, per_thread, stages, chunk, sms)
+        _split_launch(*kernels[1:], x, out, slabs, cols, R, strides, extra, tile, per_thread, split_stages, chunk,
+                      sms)
         return
     programs = per_sm * sms if per_sm else blocks
     kernels[0][(max(1, min(blocks, programs)),)](out, x, slabs, cols, R, *strides, *extra, BLOCK_R=block_r,
@@ -356,7 +365,7 @@ def forward(op: Rowwise, signature: str, name: str = "forward", prefix: str = ""
     """The method launching the kernels; a composed template names it and prefixes its tunables."""
     extra = ", ".join(e for e in (op.weight, op.bias, op.eps) if e)
     tunables = ", ".join(f"{prefix}{t}" for t in ("TILE", "PER_THREAD", "PER_SM", "STAGES", "EVICT", "CHUNK",
-                                                   "SPLIT"))
+                                                   "SPLIT", "SPLIT_STAGES"))
     return f'''
 def {name}(self, {signature}):
     x = {op.arg}.contiguous()
