@@ -487,9 +487,9 @@ class Loop:
         """The reference under torch.compile, timed against eager once a job (``[jobs] peers``):
         what the user already has, and what a port must beat. Timed after the first candidate's
         evaluation rather than before it: with the peers first, an H200 job's first candidate came
-        49-58 s after its start (bench/screen/results/2026-12-02-h200-s10), and the first verified
-        port is what a user waits for; only the stop rule and the report read the peers, both
-        later."""
+        58-72 s after its start (bench/screen and bench/port results of 2026-12-02), and the
+        first verified port is what a user waits for; only the stop rule and the report read the
+        peers, both later."""
         if self.job.get("peers") or not self.config.jobs.peers:
             return
         assert self.session is not None
