@@ -60,8 +60,8 @@ def inspect(path: Path, device: str, home: Path, timeout_s: float) -> dict:
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                   p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)})
     except subprocess.TimeoutExpired:
-        return {"problem": f"{path.parent.name}/{path.stem}", "outcome": "timeout", "wall_s": timeout_s}
-    row = {"problem": f"{path.parent.name}/{path.stem}", "exit": proc.returncode,
+        return {"problem": key(path), "outcome": "timeout", "wall_s": timeout_s}
+    row = {"problem": key(path), "exit": proc.returncode,
            "wall_s": round(time.monotonic() - t0, 2)}
     try:
         report = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -16,6 +16,7 @@ problem, and a plan that fits leaves a margin for what this model does not see.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,6 +32,16 @@ MAX_ORACLE_CHUNKS = 64
 # keeps (the degeneracy check compares them); the variants are dropped first when memory is short.
 FULL_GATE = ("base", "base", "scaled", "heavy")
 TIMING_SETS = (2, 1)
+
+
+def meminfo(key: str) -> int:
+    """A ``/proc/meminfo`` figure in bytes (``MemTotal``, ``MemAvailable``), 0 where it cannot be
+    read."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 class PlanError(ValueError):

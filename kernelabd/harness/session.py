@@ -34,7 +34,7 @@ import torch
 from kernelabd.config import PEER_MODES, Config
 from kernelabd.harness import gate, shared, wire
 from kernelabd.harness.clocks import ClockError, ClockSampler, locked_clocks, summarise
-from kernelabd.harness.plan import Plan, PlanError, make_plan
+from kernelabd.harness.plan import Plan, PlanError, make_plan, meminfo
 from kernelabd.harness.problem import Problem, ProblemError, Sidecar, load_candidate
 from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec, head_start, make_undumpable
@@ -171,14 +171,6 @@ class Held:
     box: Sandbox
 
 
-def _meminfo(key: str) -> int:
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 class Session:
     """The sandboxes and shared data of one reference on one device, for many evaluations."""
 
@@ -279,8 +271,8 @@ class Session:
         return int(total), int(free)
 
     def plan_for(self, shapes: list[dict[str, Any]], device: tuple[int, int]) -> Plan:
-        return make_plan(shapes, self.device, device[0], device[1], _meminfo("MemTotal"),
-                         _meminfo("MemAvailable"), list(self.problem.sidecar.variants))
+        return make_plan(shapes, self.device, device[0], device[1], meminfo("MemTotal"),
+                         meminfo("MemAvailable"), list(self.problem.sidecar.variants))
 
     def reference_header(self) -> dict[str, Any]:
         path = self.ref_box.stage_file(self.problem.path, self.problem.path.name)

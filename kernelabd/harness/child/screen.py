@@ -33,6 +33,7 @@ import torch
 
 from kernelabd.harness import wire
 from kernelabd.harness.child import inputs
+from kernelabd.harness.plan import meminfo
 from kernelabd.harness.problem import one_line
 from kernelabd.harness.timing import GRAPH_BELOW_MS, GRAPH_TARGET_MS
 
@@ -94,13 +95,8 @@ def tensor_bytes(values: list[Any]) -> int:
 def host_available_bytes() -> int | None:
     """Memory the host can still give (``MemAvailable``; the free pages where /proc is not
     readable), None where neither can be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    if available := meminfo("MemAvailable"):
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
