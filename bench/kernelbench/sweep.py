@@ -165,10 +165,12 @@ def key(path: Path) -> str:
 
 
 def latest_of(rows: list[dict]) -> list[dict]:
-    """One row a problem: its last, in the order problems first appeared."""
+    """One row a problem: its last, in the order problems first appeared; a cut row or a
+    crowded-out refusal never hides a result the problem had."""
     found: dict[str, dict] = {}
     for row in rows:
-        if row["problem"] not in found or not row["outcome"].startswith("not run"):
+        had = found.get(row["problem"])
+        if had is None or not (row["outcome"].startswith("not run") or (crowded_out(row) and not crowded_out(had))):
             found[row["problem"]] = row
     return list(found.values())
 
@@ -180,8 +182,10 @@ def latest(paths: list[Path]) -> list[dict]:
 def done_in(paths: list[Path]) -> set[str]:
     """Problems an earlier, cut run already has a row for (``--skip``): a sweep spread over
     several commands of a lent machine's limit. A problem not run, or crowded out of memory by
-    its neighbours, is still to do."""
-    return {r["problem"] for r in latest(paths) if not r["outcome"].startswith("not run") and not crowded_out(r)}
+    its neighbours, is still to do. Any file's final row counts, whatever order the files come in
+    (a shell's glob put session 10's alone-rerun before the crowded row it settled)."""
+    rows = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+    return {r["problem"] for r in rows if not r["outcome"].startswith("not run") and not crowded_out(r)}
 
 
 def summary(rows: list[dict]) -> dict:

@@ -30,6 +30,8 @@ WATCH_S = 0.1                 # the watchdog's period: a sandbox can overshoot b
 TRUSTED_LEAF = "kernelab-trusted"   # where this cgroup's own processes move so that children get controllers
 # How a process says it could not allocate (Python, torch's allocator, C++), under RLIMIT_AS.
 OUT_OF_MEMORY = re.compile(r"MemoryError|can't allocate memory|std::bad_alloc|Cannot allocate memory")
+# How a process says the GPU had no memory left (torch's caching allocator, the driver's VMM calls).
+GPU_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|out of GPU memory")
 
 
 def human(n: float) -> str:

@@ -34,10 +34,11 @@ import torch
 from kernelabd.config import PEER_MODES, Config
 from kernelabd.harness import gate, shared, wire
 from kernelabd.harness.clocks import ClockError, ClockSampler, locked_clocks, summarise
+from kernelabd.harness.containment import GPU_OUT_OF_MEMORY
 from kernelabd.harness.plan import Plan, PlanError, make_plan, meminfo
 from kernelabd.harness.problem import Problem, ProblemError, Sidecar, load_candidate
 from kernelabd.harness.result import CheckResult
-from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec, head_start, make_undumpable
+from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec, canonical_device, head_start, make_undumpable
 from kernelabd.harness.timing import Comparison, Measurement, TimerMismatch
 
 SPOT_CHECKS = 12            # timed samples whose outputs are re-checked against the oracle
@@ -63,6 +64,15 @@ def needs_gpu(problem: Problem, candidate: Path) -> str:
     return (f"{candidate}: target {problem.sidecar.target!r} (set in {where}) compiles and "
             "launches CUDA C++ kernels, which need a GPU; this check runs on cpu "
             "(use --device cuda)")
+
+
+def take_spare(spares: dict[str, Sandbox], device: str) -> Sandbox | None:
+    """A started sandbox for ``device`` out of ``spares``, if one is there. Devices are compared
+    as the sandboxes name them (``cuda`` is ``cuda:0``): a job on ``cuda`` once never found the
+    spare it had started for ``cuda:0``, and paid a cold start (3-5 s on an H200) per candidate."""
+    want = canonical_device(device)
+    label = next((k for k, b in spares.items() if canonical_device(b.spec.device) == want), None)
+    return spares.pop(label) if label is not None else None
 
 
 def gate_shapes(sidecar: Sidecar, device: str) -> list[dict[str, Any]]:
@@ -94,9 +104,18 @@ def sandbox_failure(exc: SandboxError, who: str, device: str) -> CheckResult:
         return CheckResult(verdict="fail", rule=exc.rule, reason=exc.message, evidence=exc.evidence,
                            device=device)
     rule = {"raised": "exception"}.get(exc.kind, exc.kind)
+    if exc.kind == "raised" and GPU_OUT_OF_MEMORY.search(exc.message):
+        rule = "out_of_memory"
     evidence = {"stderr_tail": exc.detail[-1500:]} if exc.detail else {}
     return CheckResult(verdict="error", rule=rule, reason=f"{who}: {exc.message}",
                        evidence=evidence, device=device)
+
+
+def arena_failure(exc: shared.ArenaError, device: str) -> CheckResult:
+    """The trusted process could not make a candidate's copies: an evaluation's failure (the
+    device is full now), not the job's."""
+    rule = "out_of_memory" if GPU_OUT_OF_MEMORY.search(str(exc)) else "arena"
+    return CheckResult(verdict="error", rule=rule, reason=f"trusted process: {exc}", device=device)
 
 
 def reference_failure(exc: SandboxError | PlanError, problem: Problem, device: str) -> CheckResult:
@@ -199,8 +218,7 @@ class Session:
         """A started sandbox: one given a head start if there is one, else a new one; on a GPU
         the next one is started at once, so that its interpreter, torch and CUDA context come
         up while this one works."""
-        spare = next((k for k, b in self.spares.items() if b.spec.device == self.device), None)
-        box = self.spares.pop(spare) if spare is not None else None
+        box = take_spare(self.spares, self.device)
         if box is None:
             box = Sandbox(self.spec(label))
             box.start()
@@ -297,6 +315,22 @@ class Session:
         if self.incumbent is not None:
             self.retime(self.incumbent.box)
 
+    def reseed(self) -> None:
+        """New secret gate inputs. Short of GPU memory for them (what the job's other processes
+        hold now), the incumbent's sandbox is given up (it is started again when it is next the
+        baseline) and the sets are drawn once more: a full device costs a restart, not the job."""
+        self.deadline = time.monotonic() + self.config.gate.timeout_s
+        try:
+            self.load_reference()
+        except (SandboxError, Rejected) as exc:
+            said = exc.message if isinstance(exc, SandboxError) else exc.result.reason or ""
+            if self.incumbent is None or not GPU_OUT_OF_MEMORY.search(said):
+                raise
+            self.progress("out of GPU memory for new gate inputs: restarting the incumbent's sandbox")
+            self.drop_incumbent()
+            self.deadline = time.monotonic() + self.config.gate.timeout_s
+            self.load_reference()
+
     def map_reference(self, reply: dict[str, Any], fds: list[int], plan: list[dict[str, Any]],
                       n_gate: int) -> Reference:
         sizes = reply.get("arenas", [])
@@ -351,7 +385,10 @@ class Session:
     # ----- copies for a candidate ----------------------------------------------------------
     def copies(self, tensors: list[torch.Tensor]) -> tuple[shared.Arena, list[shared.Slot]]:
         """Fresh copies, in a new arena, of tensors of the reference's (a candidate's own)."""
-        return shared.pack(tensors, self.device)
+        try:
+            return shared.pack(tensors, self.device)
+        except shared.ArenaError as exc:
+            raise Rejected(arena_failure(exc, self.device)) from None
 
     def load(self, box: Sandbox, path: Path, cmd: str = "load_candidate", timing: bool = True,
              **extra: Any) -> dict[str, Any]:
@@ -425,8 +462,7 @@ class Session:
         if reseed and self.evaluated_since_seed >= reseed:
             t0 = time.monotonic()
             try:
-                self.deadline = time.monotonic() + self.config.gate.timeout_s
-                self.load_reference()
+                self.reseed()
             except SandboxError as exc:
                 raise Rejected(reference_failure(exc, self.problem, self.device)) from None
             self.reference_s = time.monotonic() - t0
@@ -526,10 +562,13 @@ class Session:
         try:
             header = {"cmd": "gate_set", "shape": rs.shape, **rs.entry(slots), "expect": rs.outputs,
                       "poison_bytes": 2 * rs.output_bytes()}
+            t0 = time.monotonic()
             try:
                 reply, fds = self.request(box, header, "running the candidate", [arena])
             except SandboxError as exc:
                 raise Rejected(sandbox_failure(exc, "candidate", self.device)) from None
+            finally:     # part of "gate": the candidate's JIT compile happens in its first call
+                self.stages.setdefault("gate_first_call", round(time.monotonic() - t0, 3))
             out, outs, report = self.outputs(reply, fds)
             report["mutated"] = [j for j, (mine, theirs) in
                                  enumerate(zip(shared.views(arena, slots), rs.input_tensors(), strict=True))
@@ -648,8 +687,9 @@ class Session:
         try:
             reply, _ = self.request(self.ref_box, {"cmd": "oracle_fingerprints", "samples": chosen, **meas.seeds},
                                     "recomputing timed outputs")
-        except SandboxError as exc:
-            raise Rejected(CheckResult(verdict="error", rule="bad_reference", device=self.device,
+        except SandboxError as exc:      # short of GPU memory: this timing's failure, not the reference's
+            rule = "out_of_memory" if GPU_OUT_OF_MEMORY.search(exc.message) else "bad_reference"
+            raise Rejected(CheckResult(verdict="error", rule=rule, device=self.device,
                                        reason=f"reference while re-checking: {exc.message}")) from None
         n_sets, n_gate = len(self.ref.timing), self.ref.n_gate
         for s, expected in zip(chosen, reply["samples"], strict=True):

@@ -103,6 +103,22 @@ def _check(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else rest
 
 
+def _create(cu: Any, size: int, prop: Any) -> Any:
+    """Physical device memory for an arena. An arena is made beside torch's caching allocator,
+    which keeps what a process freed (a forward's outputs and temporaries) for itself: that
+    memory is given back to the driver first, or a plan that fits on paper fails here. Out of
+    memory even so, the error says how much was asked and how much was free."""
+    torch.cuda.empty_cache()
+    err, *rest = cu.cuMemCreate(size, prop, 0)
+    if int(err) == 0:
+        return rest[0]
+    if getattr(err, "name", "") == "CUDA_ERROR_OUT_OF_MEMORY":
+        free, _ = torch.cuda.mem_get_info()
+        raise ArenaError(f"out of GPU memory: an arena of {size / 2**30:.2f} GiB does not fit "
+                         f"({free / 2**30:.2f} GiB free; cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY)")
+    raise ArenaError(f"cuMemCreate failed: {getattr(err, 'name', err)}")
+
+
 class _DevicePointer:
     """What ``torch.as_tensor`` reads a raw device address from (CUDA array interface)."""
 
@@ -172,7 +188,7 @@ class Arena:
         release: list[Any] = []
         try:
             if fd is None:
-                handle = _check(cu.cuMemCreate(size, prop, 0), "cuMemCreate")
+                handle = _create(cu, size, prop)
                 release.append(("handle", handle))
                 fd = int(_check(cu.cuMemExportToShareableHandle(handle, fd_type, 0),
                                 "cuMemExportToShareableHandle"))

@@ -37,3 +37,15 @@ def test_the_last_row_of_a_problem_is_its_result_and_a_cut_one_never_hides_it(tm
     (row,) = latest([first, second])
     assert row["outcome"] == "ok"
     assert "| level1/20_LeakyReLU | ok |" in table([row])
+
+
+def test_a_result_counts_whichever_file_it_is_in(tmp_path):
+    """A glob lists ``rows-call4.jsonl`` before ``rows.jsonl``: the alone rerun that settled a
+    crowded-out refusal must count before and after it, for ``--skip`` and ``--report``."""
+    crowded = rows_file(tmp_path, [{"problem": "level1/20_LeakyReLU", "outcome": "refused", "reason": CROWDED,
+                                    "beside": 6}])
+    alone = tmp_path / "rows-call4.jsonl"
+    alone.write_text(json.dumps({"problem": "level1/20_LeakyReLU", "outcome": "ok", "beside": 0}) + "\n")
+    for order in ([alone, crowded], [crowded, alone]):
+        assert done_in(order) == {"level1/20_LeakyReLU"}
+        assert [r["outcome"] for r in latest(order)] == ["ok"]

@@ -69,3 +69,72 @@ def test_a_reference_that_dies_says_where(tmp_path: Path):
     result = rejected.value.result
     assert result.rule == "bad_reference" and str(ref) in result.reason
     assert "exited with status 3" in result.reason and "(in forward)" in result.reason, result.reason
+
+
+OUT_OF_MEMORY = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.97 GiB. GPU 0 has a "
+                                     "total capacity of 139.80 GiB of which 2.15 GiB is free.")
+"""
+
+
+def test_a_candidate_out_of_gpu_memory_is_its_own_failure_and_the_next_one_is_judged(tmp_path: Path):
+    """What a sandbox reports when the device is full (torch's out-of-memory error, raised here
+    on the CPU as a GPU raises it) is that evaluation's ``out_of_memory``, not the job's end."""
+    oom = tmp_path / "oom.py"
+    oom.write_text(OUT_OF_MEMORY)
+    with Session(load_problem(SOFTMAX), "cpu", gate_only()) as session:
+        session.open()
+        failed = session.evaluate(oom, time_it=False)
+        after = session.evaluate(HONEST, time_it=False)
+    assert failed.verdict == "error" and failed.rule == "out_of_memory", (failed.rule, failed.reason)
+    assert "CUDA out of memory" in failed.reason
+    assert after.verdict == "pass", after.reason
+
+
+def test_a_reseed_short_of_gpu_memory_gives_up_the_incumbents_sandbox_and_draws_again():
+    """The device filled by the job's own processes when new seeds are due: the reference's
+    sandbox reports the out-of-memory error of its arenas (injected here on the first reload,
+    as the driver says it on a GPU); the incumbent's sandbox is closed to make room, the sets
+    are drawn again, and the candidate is still judged."""
+    from kernelabd.harness.sandbox import SandboxError
+
+    with Session(load_problem(SOFTMAX), "cpu", gate_only(reseed_every=1)) as session:
+        session.open()
+        assert session.evaluate(HONEST, time_it=False).verdict == "pass"
+        session.promote()
+        held = session.incumbent
+        real, calls = session.load_reference, []
+
+        def full_once() -> None:
+            calls.append(session.incumbent)
+            if len(calls) == 1:
+                raise SandboxError("raised", "ArenaError: out of GPU memory: an arena of 8.00 GiB does "
+                                   "not fit (0.14 GiB free; cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY)")
+            real()
+
+        session.load_reference = full_once
+        result = session.evaluate(HONEST, time_it=False)
+    assert result.verdict == "pass", result.reason
+    assert calls == [held, None], "the second draw comes after the incumbent's sandbox was given up"
+    assert held is not None and held.box._closed and session.incumbent is None
+
+
+def test_a_spare_sandbox_is_found_whatever_the_device_is_called():
+    """``kernelab port --device cuda`` starts its spare for ``cuda:0``; the next candidate must
+    take it (not start cold), and a spare for another device is left alone."""
+    from types import SimpleNamespace
+
+    from kernelabd.harness.session import take_spare
+
+    spare = SimpleNamespace(spec=SimpleNamespace(device="cuda:0"))
+    other = SimpleNamespace(spec=SimpleNamespace(device="cuda:1"))
+    spares = {"candidate": spare, "other": other}
+    assert take_spare(spares, "cuda") is spare and list(spares) == ["other"]
+    assert take_spare(spares, "cuda:0") is None and take_spare(spares, "cpu") is None
+    assert take_spare(spares, "cuda:1") is other and not spares
