@@ -104,18 +104,24 @@ def sandbox_failure(exc: SandboxError, who: str, device: str) -> CheckResult:
         return CheckResult(verdict="fail", rule=exc.rule, reason=exc.message, evidence=exc.evidence,
                            device=device)
     rule = {"raised": "exception"}.get(exc.kind, exc.kind)
-    if exc.kind == "raised" and GPU_OUT_OF_MEMORY.search(exc.message):
-        rule = "out_of_memory"
+    if exc.kind == "raised":
+        rule = memory_rule(exc.message, rule)
     evidence = {"stderr_tail": exc.detail[-1500:]} if exc.detail else {}
     return CheckResult(verdict="error", rule=rule, reason=f"{who}: {exc.message}",
                        evidence=evidence, device=device)
 
 
+def memory_rule(said: str, otherwise: str) -> str:
+    """``out_of_memory`` where a process says the GPU was full, else ``otherwise``: one rule for
+    a device short of memory, wherever in an evaluation it happened."""
+    return "out_of_memory" if GPU_OUT_OF_MEMORY.search(said) else otherwise
+
+
 def arena_failure(exc: shared.ArenaError, device: str) -> CheckResult:
     """The trusted process could not make a candidate's copies: an evaluation's failure (the
     device is full now), not the job's."""
-    rule = "out_of_memory" if GPU_OUT_OF_MEMORY.search(str(exc)) else "arena"
-    return CheckResult(verdict="error", rule=rule, reason=f"trusted process: {exc}", device=device)
+    return CheckResult(verdict="error", rule=memory_rule(str(exc), "arena"), reason=f"trusted process: {exc}",
+                       device=device)
 
 
 def reference_failure(exc: SandboxError | PlanError, problem: Problem, device: str) -> CheckResult:
@@ -688,8 +694,8 @@ class Session:
             reply, _ = self.request(self.ref_box, {"cmd": "oracle_fingerprints", "samples": chosen, **meas.seeds},
                                     "recomputing timed outputs")
         except SandboxError as exc:      # short of GPU memory: this timing's failure, not the reference's
-            rule = "out_of_memory" if GPU_OUT_OF_MEMORY.search(exc.message) else "bad_reference"
-            raise Rejected(CheckResult(verdict="error", rule=rule, device=self.device,
+            raise Rejected(CheckResult(verdict="error", rule=memory_rule(exc.message, "bad_reference"),
+                                       device=self.device,
                                        reason=f"reference while re-checking: {exc.message}")) from None
         n_sets, n_gate = len(self.ref.timing), self.ref.n_gate
         for s, expected in zip(chosen, reply["samples"], strict=True):

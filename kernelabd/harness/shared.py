@@ -109,14 +109,12 @@ def _create(cu: Any, size: int, prop: Any) -> Any:
     memory is given back to the driver first, or a plan that fits on paper fails here. Out of
     memory even so, the error says how much was asked and how much was free."""
     torch.cuda.empty_cache()
-    err, *rest = cu.cuMemCreate(size, prop, 0)
-    if int(err) == 0:
-        return rest[0]
-    if getattr(err, "name", "") == "CUDA_ERROR_OUT_OF_MEMORY":
+    result = cu.cuMemCreate(size, prop, 0)
+    if getattr(result[0], "name", "") == "CUDA_ERROR_OUT_OF_MEMORY":
         free, _ = torch.cuda.mem_get_info()
         raise ArenaError(f"out of GPU memory: an arena of {size / 2**30:.2f} GiB does not fit "
                          f"({free / 2**30:.2f} GiB free; cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY)")
-    raise ArenaError(f"cuMemCreate failed: {getattr(err, 'name', err)}")
+    return _check(result, "cuMemCreate")
 
 
 class _DevicePointer:
