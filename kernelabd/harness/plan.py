@@ -27,6 +27,10 @@ HOST_MARGIN = 0.7             # share of the host's available memory the sandbox
 SANDBOXES = 4                 # reference, candidate, incumbent, and one starting up or a peer
 SANDBOX_HOST_FLOOR = 4 * GiB  # torch + CUDA + Triton in one process, before any data
 MAX_ORACLE_CHUNKS = 64
+# Largest share of the plan's budget a float64 forward's transient should take where the batch
+# allows chunks: KernelBench's 63_conv fit "whole" by the model and its 18 GiB re-check found
+# 3.7 GiB free; the model cannot see every allocator's slack, so the transient is kept small.
+ORACLE_SHARE = 1 / 16
 
 # Input sets of the main shape, most important first: two base draws are the least the gate
 # keeps (the degeneracy check compares them); the variants are dropped first when memory is short.
@@ -85,6 +89,7 @@ class Plan:
     dropped: list[str] = field(default_factory=list)
     oracle: str = "whole"
     oracle_chunks: int = 1
+    oracle_whole_fits: bool = True  # chunks chosen for margin: the whole oracle if not separable
     needs_device_bytes: int = 0
     needs_host_bytes: int = 0
     sandbox_host_limit_bytes: int = 0
@@ -119,7 +124,7 @@ def needs(shapes: list[ShapeProbe], n_gate: int, n_timing: int, chunks: int, scr
     timing_buffers = n_timing * (2 * i + pk)
     candidate = main.params_bytes + max(i + pk + o, timing_buffers)
     incumbent = main.params_bytes + timing_buffers
-    recheck = i + main.f64_peak(chunks)
+    recheck = max(i, main.oracle_bytes) + main.f64_peak(chunks)   # a timing set's oracle: transient
     build = max(s.f64_peak() for s in extra) if extra else 0
     screener = main.params_bytes + i + o + pk if screening else 0
     return int(stored + candidate + incumbent + screener + max(recheck, build))
@@ -132,16 +137,23 @@ def chunk_counts(main: ShapeProbe) -> list[int]:
     return [1, *(c for c in range(2, min(main.batch, MAX_ORACLE_CHUNKS) + 1) if main.batch % c == 0)]
 
 
+def oracle_chunks(main: ShapeProbe, fits: list[int], budget: int) -> int:
+    """Of the chunk counts that fit (ascending), the fewest whose float64 transient is at most
+    ``ORACLE_SHARE`` of the budget, else the most there are."""
+    return next((c for c in fits if main.f64_peak(c) <= ORACLE_SHARE * budget), fits[-1])
+
+
 def _fmt(n: float) -> str:
     return f"{n / GiB:.1f} GiB"
 
 
 def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, device_free: int,
               host_total: int, host_available: int, variants: list[str]) -> Plan:
-    """Choose the largest set of input sets that fits, most important first, with the fewest
-    oracle chunks, and the tuner's screening sandbox where it fits too: what the gate checks
-    comes before how fast the search is, so a tight problem screens nothing (it tunes one
-    change per candidate) before it gives up a gate set. Raise ``PlanError`` with the need and
+    """Choose the largest set of input sets that fits, most important first, with the oracle's
+    chunks that keep its float64 transient small (``oracle_chunks``), and the tuner's
+    screening sandbox where it fits too: what the gate checks comes before how fast the search
+    is, so a tight problem screens nothing (it tunes one change per candidate) before it gives
+    up a gate set. Raise ``PlanError`` with the need and
     the capacity when even the least does not fit. On a GPU the data lives in device memory;
     on a CPU in the host's."""
     probes = [ShapeProbe.from_json(s) for s in shapes]
@@ -155,16 +167,21 @@ def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, devi
     limit = max(SANDBOX_HOST_FLOOR, int(HOST_MARGIN * max(host_total, host_available) / SANDBOXES))
     least = None
     for keep in range(len(wanted), 1, -1):          # the gate's sets before the timing's
-        for screening, n_timing, chunks in itertools.product((True, False), TIMING_SETS, chunk_counts(main)):
-            need = needs(probes, keep, n_timing, chunks, screening)
-            least = need if least is None else min(least, need)
-            if need > budget:
+        for screening, n_timing in itertools.product((True, False), TIMING_SETS):
+            counts = chunk_counts(main)
+            need = {c: needs(probes, keep, n_timing, c, screening) for c in counts}
+            least = min(need.values()) if least is None else min(least, *need.values())
+            fits = [c for c in counts if need[c] <= budget]
+            if not fits:
                 continue
+            chunks = oracle_chunks(main, fits, budget)
             return Plan(device=device, device_total_bytes=device_total, device_free_bytes=device_free,
                         host_total_bytes=host_total, bytes=sizes, gate_sets=keep, timing_sets=n_timing,
                         variants=wanted[:keep], dropped=wanted[keep:],
                         oracle="chunked" if chunks > 1 else "whole", oracle_chunks=chunks,
-                        needs_device_bytes=need if on_gpu else 0, needs_host_bytes=0 if on_gpu else need,
+                        oracle_whole_fits=fits[0] == 1,
+                        needs_device_bytes=need[chunks] if on_gpu else 0,
+                        needs_host_bytes=0 if on_gpu else need[chunks],
                         sandbox_host_limit_bytes=limit, screening=screening)
     where = "GPU memory" if on_gpu else "host memory"
     has = device_free if on_gpu else host_available

@@ -313,9 +313,11 @@ class Session:
             self.ref = None
         reply, fds = self.request(self.ref_box, {**self.reference_header(), "cmd": "load_reference",
                                                  "sets": sets, "timing_sets": timing,
-                                                 "oracle_chunks": self.plan.oracle_chunks},
+                                                 "oracle_chunks": self.plan.oracle_chunks,
+                                                 "oracle_whole_fits": self.plan.oracle_whole_fits},
                                   "running the reference")
         self.ref = self.map_reference(reply, fds, sets + timing, len(sets))
+        self.record_oracle_chunks(int(reply.get("oracle_chunks", self.plan.oracle_chunks)))
         self.usable = self.validate_reference()
         self.evaluated_since_seed = 0
         if self.incumbent is not None:
@@ -336,6 +338,15 @@ class Session:
             self.drop_incumbent()
             self.deadline = time.monotonic() + self.config.gate.timeout_s
             self.load_reference()
+
+    def record_oracle_chunks(self, chunks: int) -> None:
+        """The plan as run: a reference that is not separable along its batch had its oracle
+        made whole where the plan chose chunks only for margin."""
+        assert self.plan is not None
+        if chunks != self.plan.oracle_chunks:
+            self.progress(f"float64 oracle made whole: the reference is not separable in "
+                          f"{self.plan.oracle_chunks} batch chunks")
+            self.plan.oracle_chunks, self.plan.oracle = chunks, "chunked" if chunks > 1 else "whole"
 
     def map_reference(self, reply: dict[str, Any], fds: list[int], plan: list[dict[str, Any]],
                       n_gate: int) -> Reference:

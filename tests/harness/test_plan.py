@@ -57,6 +57,21 @@ def test_the_oracle_is_chunked_only_along_a_batch():
         make_plan([probe(5.0, peak_gib=16.0, batch=None)], "cuda:0", *H200, *HOST, ["base"])
 
 
+def test_a_large_float64_transient_is_chunked_even_where_it_would_fit_whole():
+    """63_conv at its own size: 1 GiB in, 8 GiB out, batch 16. Whole, its float64 re-check
+    (18 GiB) fit the model and not the device; the plan chunks it. Half its output fits whole
+    too, and is still chunked for margin, saying that the whole would fit (so a reference that
+    is not separable still runs)."""
+    conv = make_plan([probe(1.0, 8.0, batch=16)], "cuda:0", *H200, *HOST, ALL)
+    assert conv.oracle == "chunked" and 16 % conv.oracle_chunks == 0
+    half = make_plan([probe(0.5, 4.0, batch=16)], "cuda:0", *H200, *HOST, ALL)
+    assert half.oracle == "chunked" and half.oracle_whole_fits
+    small = make_plan([probe(0.1)], "cuda:0", *H200, *HOST, ALL)
+    assert (small.oracle, small.oracle_chunks, small.oracle_whole_fits) == ("whole", 1, True)
+    tight = make_plan([probe(5.0, peak_gib=16.0)], "cuda:0", *H200, *HOST, ["base"])
+    assert not tight.oracle_whole_fits, "where only chunks fit, the plan says so"
+
+
 def test_a_problem_that_cannot_fit_is_refused_with_what_it_needs_and_what_the_device_has():
     with pytest.raises(PlanError) as err:
         make_plan([probe(40.0)], "cuda:0", *H200, *HOST, ALL)

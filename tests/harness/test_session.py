@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelabd.config import Config
 from kernelabd.harness.problem import load_problem
@@ -57,6 +58,64 @@ def test_the_memory_plan_is_made_before_the_reference_sets(tmp_path: Path):
         peers = session.peers(["compile", "compile_max_autotune"])
     assert peers["note"] and peers["compile_ms"] is None and peers["best"] == "eager", \
         "a CPU job compiles nothing with torch.compile (a C++ build per job, times unlike a GPU's)"
+
+
+ACROSS_BATCH = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x - x.mean(dim=0, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+class ChunkedSession(Session):
+    """A session whose plan chunks the float64 oracle in four, as a large problem's would."""
+
+    whole_fits = True
+
+    def plan_for(self, shapes, device):
+        plan = super().plan_for(shapes, device)
+        plan.oracle, plan.oracle_chunks, plan.oracle_whole_fits = "chunked", 4, self.whole_fits
+        return plan
+
+
+class OnlyChunksFit(ChunkedSession):
+    whole_fits = False
+
+
+def test_a_reference_separable_along_its_batch_keeps_its_chunked_oracle():
+    with ChunkedSession(load_problem(SOFTMAX), "cpu", gate_only()) as session:
+        session.open()
+        assert (session.plan.oracle, session.plan.oracle_chunks) == ("chunked", 4)
+        result = session.evaluate(HONEST, time_it=False)
+    assert result.verdict == "pass", result.reason
+
+
+def test_a_reference_not_separable_along_its_batch_gets_its_oracle_whole_where_that_fits(tmp_path: Path):
+    """x - x.mean(0): a slice of the batch gives other values, so chunks would make a wrong
+    oracle; where the plan has room the oracle is made whole, and the plan records that."""
+    ref = tmp_path / "across.py"
+    ref.write_text(ACROSS_BATCH)
+    with ChunkedSession(load_problem(ref), "cpu", gate_only()) as session:
+        session.open()
+        assert (session.plan.oracle, session.plan.oracle_chunks) == ("whole", 1)
+        for rs in session.ref.sets[:session.ref.n_gate]:
+            [x], [oracle] = rs.input_tensors(), rs.oracle_tensors()
+            x = x.double()
+            assert torch.allclose(oracle.double(), x - x.mean(dim=0, keepdim=True), atol=1e-6)
+    with OnlyChunksFit(load_problem(ref), "cpu", gate_only()) as session, pytest.raises(Rejected) as err:
+        session.open()
+    assert err.value.result.rule == "too_big" and "not separable" in (err.value.result.reason or "")
 
 
 def test_a_reference_that_dies_says_where(tmp_path: Path):
