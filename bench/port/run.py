@@ -317,6 +317,9 @@ def read_job(home: Path) -> dict[str, Any] | None:
         step = cands.get(step["parent_id"]) if step["parent_id"] else None
     lineage.reverse()
     rejected = [c for c in cands.values() if c["verdict"] in ("fail", "error")]
+    peers = json.loads(job["peers"]) if job.get("peers") else None
+    from store.status import speedup_vs_best_peer
+
     return {
         "job": job["id"], "state": job["state"], "error": job["error"],
         "stop_reason": job["stop_reason"], "reference_ms": job["reference_ms"],
@@ -332,6 +335,7 @@ def read_job(home: Path) -> dict[str, Any] | None:
         "gate_failure_rules": sorted({c["rule"] or c["verdict"] for c in rejected}),
         "last_rejection": (f"{rejected[-1]['rule']}: {rejected[-1]['reason']}" if rejected else None),
         "lineage": lineage,
+        "peers": peers, "speedup_vs_best_peer": speedup_vs_best_peer(speedup, peers) if best else None,
     }
 
 
@@ -766,6 +770,7 @@ def derive(row: dict[str, Any], ceilings: dict[str, Any] | None = None) -> dict[
         "vs_eager": ratio(ms.get("eager")), "vs_compile_default": ratio(ms.get("compile_default")),
         "vs_compile_max_autotune": ratio(ms.get("compile_max_autotune")),
         "vs_best_baseline": ratio(baselines.get(best_base)) if best_base else None,
+        "job_vs_best_peer": job.get("speedup_vs_best_peer") if job else None,
         "sol_ms": sol_ms, "sol_source": sol_source if sol_ms else None,
         "pct_sol": sol_ms / kl if sol_ms and kl else None, "bound": bound, "bound_source": bound_source,
         "intensity": work["flops"] / work["min_bytes"] if work.get("min_bytes") else None,
@@ -824,9 +829,9 @@ def _f(value: float | None, spec: str = ".4g", suffix: str = "") -> str:
 
 def table(derived: list[dict[str, Any]]) -> str:
     lines = ["| problem | dtype | eager ms | compile ms | max-autotune ms | kernelab ms | × eager | "
-             "× compile | × max-autotune | × best of eager/compile | % SOL (bound) | GPU min (wall) | "
-             "candidates (accepted) | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "× compile | × max-autotune | × best of eager/compile | × best peer (job's timing) | "
+             "% SOL (bound) | GPU min (wall) | candidates (accepted) | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in derived:
         note = d["note"]
         sol = (f"{d['pct_sol']:.0%}" if d["pct_sol"] is not None else "—") + f" ({d['bound']})"
@@ -836,7 +841,8 @@ def table(derived: list[dict[str, Any]]) -> str:
             f"| {d['problem']} | {d['dtype'] or '—'} | {_f(d['eager_ms'])} | {_f(d['compile_default_ms'])} | "
             f"{_f(d['compile_max_autotune_ms'])} | {_f(d['kernelab_ms'])} | {_f(d['vs_eager'], '.3f', '×')} | "
             f"{_f(d['vs_compile_default'], '.3f', '×')} | {_f(d['vs_compile_max_autotune'], '.3f', '×')} | "
-            f"{_f(d['vs_best_baseline'], '.3f', '×')} | {sol} | {minutes} | {cands} | "
+            f"{_f(d['vs_best_baseline'], '.3f', '×')} | {_f(d.get('job_vs_best_peer'), '.3f', '×')} | "
+            f"{sol} | {minutes} | {cands} | "
             f"{note.replace('|', '/')[:200]} |")
     return "\n".join(lines)
 
@@ -1006,6 +1012,9 @@ def header_lines(rows: list[dict[str, Any]]) -> list[str]:
             "- ms: median of cold-L2 samples taken in interleaved rounds; × X = X's ms / kernelab's ms; "
             "% SOL = floor (at those ceilings) / kernelab ms; GPU min = kernelab's active time (wall of "
             "`kernelab port`, or of `kernelab daemon --once` on an inbox).",
+            "- × best peer (job's timing): the job's own figure (report.json `speedup_vs_best_peer`): its "
+            "port's speedup over the reference, over the best torch.compile mode's, each from kernelab's "
+            "interleaved A/B in the job (present with `--no-compile` too).",
             "- Ports run through: " + ", ".join(sorted({VIA[r.get("via", "port")] for r in rows}) or [VIA["port"]])]
 
 

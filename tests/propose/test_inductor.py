@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,20 @@ def test_generated_port_passes_the_real_gate(proposed, tmp_path, name):
     assert_passes(gate(tmp_path, name, source, sidecar, proposal.source))
 
 
+@pytest.mark.parametrize("name", ["softmax", "gelu_gate"])
+def test_sizes_as_compile_time_constants_are_a_tunable_that_passes_the_gate(proposed, tmp_path, name):
+    """CONST_SIZES = 1 launches the kernel's copy whose sizes are tl.constexpr: compiled once
+    per shape, it serves every gate shape and one never generated for, as the dynamic one does."""
+    proposal, reason = proposed[name]
+    assert proposal is not None, reason
+    assert proposal.params is not None and proposal.params["CONST_SIZES"] == 0, "Inductor's own kernel first"
+    assert re.search(r"def triton_\w+_sized\(.*xnumel: tl\.constexpr", proposal.source)
+    sized = re.sub(r"^CONST_SIZES = 0$", "CONST_SIZES = 1", proposal.source, flags=re.M)
+    assert sized != proposal.source
+    source, sidecar = JOBS[name]
+    assert_passes(gate(tmp_path, name, source, (sidecar or "") + UNSEEN, sized))
+
+
 def test_reductions_launch_with_explicit_tunable_blocks(proposed):
     proposal, _ = proposed["softmax"]
     assert proposal is not None
@@ -234,7 +249,8 @@ def test_cuda_output_becomes_explicit_launches(tmp_path):
     p = port(cuda_capture("center_cuda.txt", CENTER_ARGS), CENTER, False, helper_sources)
     assert_standalone(p.source)
     assert p.kernels == ["triton_red_fused_mean_0", "triton_poi_fused_mean_sub_1"]
-    assert set(p.defaults) == {"XBLOCK_0", "R0_BLOCK_0", "num_warps_0", "num_stages_0", "XBLOCK_1", "num_warps_1"}
+    assert set(p.defaults) == {"XBLOCK_0", "R0_BLOCK_0", "num_warps_0", "num_stages_0", "XBLOCK_1", "num_warps_1",
+                              "CONST_SIZES_0", "CONST_SIZES_1"}
     assert "launch_triton_red_fused_mean_0(arg2_1, buf0, s27, s27, s77)" in p.source
     assert "buf1 = _empty((s77, s27), (s27, 1), torch.float32, device)" in p.source
     assert_passes(gate(tmp_path, "center", CENTER, "[[extra_shapes]]\nrows = 7\ncols = 33\n", p.source))
@@ -283,7 +299,7 @@ def test_max_autotune_choices_are_where_the_tunables_start():
     capture = Capture((FIXTURES / "center_cuda.txt").read_text(), CENTER_ARGS, "tensor", 1, "cuda:0", chosen)
     p = port(capture, CENTER, False, helper_sources, "max-autotune")
     assert p.defaults == {"XBLOCK_0": 2, "R0_BLOCK_0": 128, "num_warps_0": 8, "num_stages_0": 3,
-                          "XBLOCK_1": 512, "num_warps_1": 2}
+                          "XBLOCK_1": 512, "num_warps_1": 2, "CONST_SIZES_0": 0, "CONST_SIZES_1": 0}
     assert all(value in p.tunables[name] for name, value in p.defaults.items())
 
 

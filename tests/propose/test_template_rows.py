@@ -77,6 +77,31 @@ def test_rms_norm_few_slices_split_to_fill_the_gpu(tmp_path):
     assert runs[1].launched("rms_norm_kernel") and not runs[1].launched("rms_norm_split_kernel")
 
 
+LOOP = [{"SPLIT": 2, "TILE": 256}, {"SPLIT": 2, "TILE": 1024, "PER_SM": 0, "STAGES": 2}]
+"""The looped kernel: a slice in several tiles, read twice; persistent programs and one a block."""
+
+
+@pytest.mark.parametrize(("forward", "init", "init_values", "kernel", "shape", "offset"), [
+    ("return torch.softmax(x, dim=-1)", "", None, "softmax", [5, 3000], 0.0),
+    ("return F.log_softmax(x, dim=1)", "", None, "log_softmax", [4, 700, 5], 0.0),
+    ("return self.ln(x)", "self.ln = nn.LayerNorm(n)\n", "3000", "layer_norm", [5, 3000], 150.0),
+    ("return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w",
+     "self.w = nn.Parameter(torch.randn(n))\n", "1500", "rms_norm", [3, 1500], 0.0),
+])
+def test_the_looped_kernel_reads_a_slice_twice_in_tiles_and_holds_to_float64(tmp_path, forward, init, init_values,
+                                                                              kernel, shape, offset):
+    """SPLIT = 2: every row operation by the looped kernel (the statistics on a first pass over
+    the slice's tiles, the result on a second), rows and strided slices, LayerNorm far from
+    zero mean; the in-register kernel is not launched."""
+    extra = {"init": init, "init_args": ", n: int", "init_values": init_values} if init else {}
+    source = reference(f"def forward(self, x):\n    {forward}\n", inputs=f"torch.randn({shape})", **extra)
+    runs = sweep(tmp_path, source, [int(init_values)] if init_values else [], [shape], [{}, *LOOP],
+                 offset=offset, scale=2.0 if offset else 1.0)
+    assert_accurate(runs)
+    assert all(r.launched(f"{kernel}_loop_kernel") and not r.launched(f"{kernel}_kernel") for r in runs[1:])
+    assert runs[1].launched(f"{kernel}_loop_kernel", STAGES=1) and runs[2].launched(f"{kernel}_loop_kernel", STAGES=2)
+
+
 WIDE = {
     "softmax_wide": reference("def forward(self, x):\n    return torch.softmax(x, dim=1)\n",
                               inputs="torch.randn(3, 20001)"),

@@ -189,9 +189,12 @@ def chosen_configs(code: str, names: list[str]) -> dict[str, dict[str, int]]:
 
 def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEFAULT) -> Capture:
     """Run TorchInductor on the reference at one shape and take its output code (in-process:
-    call it only from the codegen subprocess). In max-autotune mode the compiled graph is run
-    once, so that Inductor benchmarks its choices on the device, and what it chose comes back
-    with the code (``Capture.configs``)."""
+    call it only from the codegen subprocess). On a GPU the compiled graph is run once, so that
+    Inductor benchmarks its choices on the device (max-autotune's, and in the default mode the
+    few launch configurations its heuristics give a reduction), and what it chose comes back
+    with the code (``Capture.configs``): without them, the default mode's softmax port ran at
+    0.59x of the job's incumbent where torch.compile's own kernel was 1.10x eager (bench/port,
+    2026-12-03). On a CPU job the code is taken before anything runs."""
     import torch
     import torch._dynamo
     from torch._inductor.compile_fx import compile_fx
@@ -217,7 +220,7 @@ def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEF
         seen["gm"] = gm
         return compile_fx(gm, example_inputs)
 
-    run = mode == MAX_AUTOTUNE
+    run = mode == MAX_AUTOTUNE or device.startswith("cuda")
 
     def hook(code: str) -> None:
         seen["code"] = code

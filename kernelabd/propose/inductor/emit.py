@@ -66,13 +66,20 @@ class Launch:
 
 WARPS = [1, 2, 4, 8, 16]
 STAGES = [1, 2, 3, 4, 5]
+CONST_SIZES = "CONST_SIZES"
+"""The tunable that launches a kernel's copy whose size arguments (``xnumel``, ``r0_numel``,
+``ks0``…) are ``tl.constexpr``: Inductor compiles the reference with dynamic shapes so one
+port serves every gate shape, and its kernels then read sizes and strides at run time, where
+``torch.compile`` of one shape bakes them in. Triton compiles the copy once per size it sees,
+so the port keeps every shape and gets a static shape's code; the screen times which pays."""
 
 
 def launch_config(kernel: Kernel) -> Launch:
     """The kernel's launch defaults and the tuner's space around them. A template's are what
     Inductor's autotuning chose (block sizes stay in its body, since the wrapper's grid follows
-    them; ``num_warps`` and ``num_stages`` are tunable). For other kernels, what max-autotune
-    settled on when it ran (``Kernel.launch``) replaces the defaults drawn from the size hints;
+    them; ``num_warps`` and ``num_stages`` are tunable). For other kernels, what Inductor's
+    autotuning settled on when the graph ran on a GPU (``Kernel.launch``) replaces the defaults
+    drawn from the size hints;
     either way the ``tune`` proposer continues from there, one edit at a time."""
     if kernel.kind == "template":
         return Launch(dict(kernel.launch), {"num_warps": sorted({2, 4, 8} | {kernel.launch["num_warps"]}),
@@ -80,7 +87,32 @@ def launch_config(kernel: Kernel) -> Launch:
     hinted = _hinted_config(kernel)
     chosen = {k: int(v) for k, v in kernel.launch.items() if k in hinted.defaults}
     spaces = {k: sorted({*space, chosen[k]}) if k in chosen else space for k, space in hinted.spaces.items()}
-    return Launch({**hinted.defaults, **chosen}, spaces)
+    defaults = {**hinted.defaults, **chosen}
+    if size_params(kernel):
+        defaults[CONST_SIZES], spaces[CONST_SIZES] = 0, [0, 1]
+    return Launch(defaults, spaces)
+
+
+def size_params(kernel: Kernel) -> list[str]:
+    """The kernel's integer run-time arguments that its body reads as given: every one that is
+    not a pointer (Dynamo specialises floats, so what is left are sizes and strides), less those
+    a static capture assigns in the body (``xnumel = 16``), which are constants already."""
+    fn = parse(kernel.text).body[0]
+    assigned = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+    return [p for p in kernel.runtime_params if "ptr" not in p and p not in assigned]
+
+
+def sized_text(kernel: Kernel) -> str:
+    """The kernel's source as ``{name}_sized``, its size arguments ``tl.constexpr``."""
+    fn = parse(kernel.text).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    fn.name = f"{kernel.name}_sized"
+    sizes = set(size_params(kernel))
+    for arg in fn.args.args:
+        if arg.arg in sizes:
+            arg.annotation = ast.Attribute(value=ast.Name("tl", ast.Load()), attr="constexpr", ctx=ast.Load())
+    return ast.unparse(fn)
 
 
 def _hinted_config(kernel: Kernel) -> Launch:
@@ -147,7 +179,11 @@ def launcher_source(kernel: Kernel, names: dict[str, str]) -> str:
     kwargs += [f"num_warps={names['num_warps']}",
                f"num_stages={names['num_stages']}" if "num_stages" in names else "num_stages=1"]
     body.append(f"grid = ({', '.join(grid)})")
-    body.append(f"{kernel.name}[grid]({', '.join([*kernel.runtime_params, *kwargs])})")
+    launched = kernel.name
+    if CONST_SIZES in names:
+        body.append(f"kernel = {kernel.name}_sized if {names[CONST_SIZES]} else {kernel.name}")
+        launched = "kernel"
+    body.append(f"{launched}[grid]({', '.join([*kernel.runtime_params, *kwargs])})")
     return f"def launch_{kernel.name}({', '.join(kernel.runtime_params)}):\n" + \
         "".join(f"    {line}\n" for line in body)
 
@@ -306,6 +342,8 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     body += _interpreter_block(used, helper_names)
     for k in kernels:
         body += f"\n\n@triton.jit\n{k.text.rstrip()}\n"
+        if size_params(k):
+            body += f"\n\n@triton.jit\n{sized_text(k)}\n"
     for src in launchers:
         body += "\n\n" + src
     body += RUNTIME + "\n\n" + call_src.rstrip() + "\n"

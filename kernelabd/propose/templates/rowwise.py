@@ -132,10 +132,10 @@ Triton's fused-softmax tutorial does; ``EVICT = 1`` marks the input, read once, 
 What pays depends on the slice, so all are tunable (figures: bench/port/README.md, "Template
 seeds")."""
 CHUNKS = [4096, 8192, 16384, 32768]
-SPLIT = [0, 1]
+SPLIT = [0, 1, 2]
 """The split kernel's chunk (elements of a slice an item reads) and ``SPLIT = 1`` to take it
 for every slice (0: for slices wider than ``MAX_SLICE``, or when slices are too few to give
-every SM a tile). A chunk is a trade: the ticket is one atomic per item, and the lead that keeps
+every SM a tile); ``SPLIT = 2`` takes the looped kernel for every slice instead. A chunk is a trade: the ticket is one atomic per item, and the lead that keeps
 the apply items from waiting is ``chunks + programs`` items, all of whose data must stay in L2.
 ``SPLIT_STAGES`` is the split kernel's own ``STAGES``: what pays differs between the two."""
 SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0, "CHUNK": 16384, "SPLIT": 0,
@@ -288,8 +288,41 @@ def split_kernel(op: Rowwise) -> str:
             + _indent(head, 1))
 
 
+def loop_kernel(op: Rowwise) -> str:
+    """The looped kernel: a program walks a block's slices in tiles twice, the statistics on
+    the first pass and the result on the second, whose reads of a slice just read come from L2.
+    It is what Inductor emits for wide rows (its online softmax), where a slice in registers
+    leaves too few programs an SM to keep memory busy: at 16384-wide softmax rows on the H200,
+    torch.compile's looped kernel ran at 0.2735 ms and the in-register one at 0.305 at best of 33
+    screened configurations (bench/port, 2026-12-03). The statistics are the split kernel's
+    (``STATS``), the whole slice one chunk, so its combine step runs on a single partial."""
+    st = STATS[op.kind]
+    tile = ["r_first = t * BLOCK_R",
+            "r = r_first + tl.arange(0, BLOCK_R)[:, None]",
+            "mask = (r < R) & (c < cols)",
+            "offs = base + r.to(tl.int64) * s_r"]
+    body = [*COLUMNS, "r0 = 0", *st.prologue,
+            *(f"{n} = {v}" for n, v in zip(st.names, st.init, strict=True)),
+            "for t in tl.range(0, tl.cdiv(R, BLOCK_R), num_stages=STAGES):",
+            *(f"    {line}" for line in [*tile, "x = tl.load(x_ptr + offs, mask=mask, other=0.0, "
+                                          "eviction_policy='evict_last').to(tl.float32)", *st.update]),
+            "n_p = R * 1.0",
+            *(f"p_{n} = {n}[None, :]" for n in st.names),
+            *st.combine,
+            "for t in tl.range(0, tl.cdiv(R, BLOCK_R), num_stages=STAGES):",
+            *(f"    {line}" for line in [*tile, *_load("evict_first"), *st.apply, *_affine(op),
+                                          "tl.store(out_ptr + offs, y, mask=mask)"])]
+    name = f"{op.kind}_loop_kernel"
+    pad = " " * (len(name) + 5)
+    return (f"\n\n@triton.jit\ndef {name}(out_ptr, x_ptr, {GEOMETRY_ARGS}{_args(op)},\n"
+            f"{pad}BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr, EVICT_FIRST: tl.constexpr):\n"
+            "    col_blocks = tl.cdiv(cols, BLOCK_C)\n"
+            "    for blk in tl.range(tl.program_id(0), slabs * col_blocks, tl.num_programs(0)):\n"
+            + _indent(body, 2))
+
+
 def kernels(op: Rowwise) -> str:
-    return kernel(op) + split_kernel(op)
+    return kernel(op) + split_kernel(op) + loop_kernel(op)
 
 
 SPLIT_PER_SM = 2
@@ -324,21 +357,39 @@ def _warps(elements: int, per_thread: int) -> int:
 def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, stages, evict, chunk, split,
                 split_stages):
     """One row operation over ``x`` into ``out``: ``kernels`` is (in-register kernel, split
-    kernel, the split kernel's statistics a column); the first for slices it holds, the second
-    for wider ones or too few to fill the GPU."""
+    kernel, the split kernel's statistics a column, looped kernel); the first for slices it
+    holds, the second for wider ones or too few to fill the GPU, the looped one when ``split``
+    is 2."""
     slabs, cols, R, *strides = _geometry(x, first, end)
     sms = _sms(x)
+    if split == 2:
+        _loop_launch(kernels[3], x, out, slabs, cols, R, strides, extra, tile, per_thread, per_sm, stages, evict,
+                     sms)
+        return
     block_r = triton.next_power_of_2(R)
     block_c = max(1, min(triton.next_power_of_2(cols), tile // block_r))
     blocks = slabs * triton.cdiv(cols, block_c)
     if split or block_r * block_c > {MAX_SLICE} or (blocks < sms and R * block_c >= 2 * chunk):
-        _split_launch(*kernels[1:], x, out, slabs, cols, R, strides, extra, tile, per_thread, split_stages, chunk,
-                      sms)
+        _split_launch(kernels[1], kernels[2], x, out, slabs, cols, R, strides, extra, tile, per_thread,
+                      split_stages, chunk, sms)
         return
     programs = per_sm * sms if per_sm else blocks
     kernels[0][(max(1, min(blocks, programs)),)](out, x, slabs, cols, R, *strides, *extra, BLOCK_R=block_r,
                                                BLOCK_C=block_c, STAGES=stages, EVICT_FIRST=evict == 1,
                                                num_warps=_warps(block_r * block_c, per_thread))
+
+
+def _loop_launch(kernel, x, out, slabs, cols, R, strides, extra, tile, per_thread, per_sm, stages, evict, sms):
+    """The looped kernel: a block of columns a program step (one row of contiguous slices,
+    up to 64 strided columns), tiles of ``tile`` elements, ``per_sm`` programs an SM (0: one a
+    block)."""
+    block_c = 1 if strides[2] == 1 else max(1, min(triton.next_power_of_2(cols), 64, tile // 64))
+    block_r = min(triton.next_power_of_2(R), max(1, tile // block_c))
+    blocks = slabs * triton.cdiv(cols, block_c)
+    programs = per_sm * sms if per_sm else blocks
+    kernel[(max(1, min(blocks, programs)),)](out, x, slabs, cols, R, *strides, *extra, BLOCK_R=block_r,
+                                             BLOCK_C=block_c, STAGES=stages, EVICT_FIRST=evict == 1,
+                                             num_warps=_warps(block_r * block_c, per_thread))
 
 
 def _split_launch(kernel, nstat, x, out, slabs, cols, R, strides, extra, tile, per_thread, stages, chunk, sms):
@@ -370,7 +421,7 @@ def forward(op: Rowwise, signature: str, name: str = "forward", prefix: str = ""
 def {name}(self, {signature}):
     x = {op.arg}.contiguous()
     out = torch.empty_like(x)
-    kernels = ({op.kind}_kernel, {op.kind}_split_kernel, {len(STATS[op.kind].names)})
+    kernels = ({op.kind}_kernel, {op.kind}_split_kernel, {len(STATS[op.kind].names)}, {op.kind}_loop_kernel)
     _row_launch(kernels, x, out, {op.first_dim}, {op.end_dim}, ({extra}{"," if extra else ""}), {tunables})
     return out
 '''
