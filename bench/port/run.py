@@ -76,7 +76,7 @@ GROUPS = {
     "g10": ["linear_residual_fp16_odd", "softmax_wide_rows"],
     "g11": ["matmul_bf16_large_k", "mean_dim0_bf16"],
     "g12": ["sdpa_causal_bf16", "rmsnorm_residual_bf16_cast"],
-    "g13": ["attention_written_fp16"],
+    "g13": ["attention_written_fp16", "layernorm_residual_bf16"],
 }
 ARTIFACT_LIMIT = 15 << 20      # what comes back from a lent GPU machine: 16 MiB a file
 # Longest first, so that parallel slots finish together (matrix problems autotune longest).

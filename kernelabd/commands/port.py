@@ -102,9 +102,12 @@ def _run(store: Store, recorder: LocalRecorder, job_id: int, device: str, config
             outcome = loop_cls(job_id, recorder, config=config, device=device,
                                workdir=home.work / f"job-{job_id}", progress=progress).run()
         except KeyboardInterrupt:
+            from kernelabd.service.reports import write_results
+
             store.interrupt_job(job_id, "paused")
             store.event("job.paused", "interrupted in the foreground; `kernelab jobs resume "
                         f"{job_id}` hands it to the daemon", job_id=job_id)
+            write_results(store, home, job_id)   # else report.json says "running" for a paused job
             console.print(f"job {job_id} paused")
             sys.exit(130)
     recorder.end_job(job_id, outcome.state, outcome.stop_reason, outcome.error)

@@ -86,3 +86,27 @@ def test_a_killed_port_is_interrupted_then_resumed_and_finished_by_the_daemon(ki
     report = json.loads((home.results / "softmax" / "report.json").read_text())
     assert (report["job"], report["state"]) == (done["id"], "done")
     assert report["best"]["speedup_vs_reference"] == done["best_speedup"]
+
+
+@pytest.mark.slow
+def test_a_port_stopped_with_ctrl_c_is_paused_and_its_report_says_so(kit) -> None:
+    """SIGINT (Ctrl-C, or a benchmark's timeout) pauses the job; its report.json and report.md
+    are written again, so they do not go on saying "running" with the best port found so far."""
+    home = kit.home
+    port = subprocess.Popen([sys.executable, "-m", "kernelabd", "port", str(kit.examples / "softmax.py"),
+                             "--device", "cpu", "--home", str(home.root)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        kit.wait_for(lambda: mid_job(home), 240, "the foreground job to be mid-candidate")
+        os.kill(port.pid, signal.SIGINT)
+        assert port.wait(60) == 130
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(port.pid, signal.SIGKILL)
+        port.wait(10)
+    job = only_job(home)
+    assert job["state"] == "paused"
+    report = json.loads((home.results / "softmax" / "report.json").read_text())
+    assert report["state"] == "paused" and report["best"] is not None
+    assert "paused" in (home.results / "softmax" / "report.md").read_text()
+

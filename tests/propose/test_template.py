@@ -62,6 +62,16 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
         """,
         init="self.eps = eps\n", init_args=", eps: float", inputs="torch.randn(2, 13, 6, 5)",
         init_values="1e-5"), None, "RMSNorm"),
+    "layer_norm_of_residual": (reference(
+        "def forward(self, x, residual):\n    return self.ln(x + residual)\n",
+        init="self.ln = nn.LayerNorm(n)\n", init_args=", n: int",
+        inputs="torch.randn(3, 5, 700), torch.randn(3, 5, 700)", init_values="700"),
+        None, "LayerNorm of an elementwise prologue (add)"),
+    "softmax_of_scaled_biased": (reference(
+        "def forward(self, x):\n    return torch.softmax(x * self.scale + self.bias, dim=1)\n",
+        init="self.bias = nn.Parameter(torch.randn(c, 1))\nself.scale = scale\n",
+        init_args=", c: int, scale: float", inputs="torch.randn(4, 33, 6)", init_values="33, 0.5"),
+        None, "softmax of an elementwise prologue (mul, add)"),
     "elementwise_broadcast_chain": (reference(
         "def forward(self, x, y):\n"
         "    z = torch.relu((x - y) * self.scale / 2.0 + self.shift)\n"

@@ -102,6 +102,24 @@ def test_the_looped_kernel_reads_a_slice_twice_in_tiles_and_holds_to_float64(tmp
     assert runs[1].launched(f"{kernel}_loop_kernel", STAGES=1) and runs[2].launched(f"{kernel}_loop_kernel", STAGES=2)
 
 
+@pytest.mark.parametrize(("forward", "init", "init_values", "kernel", "shape"), [
+    ("return self.ln(x + r)", "self.ln = nn.LayerNorm(n)\n", "3000", "layer_norm", [5, 3000]),
+    ("return torch.softmax(torch.tanh(x) - r * 0.5, dim=1)", "", None, "softmax", [4, 700, 5]),
+])
+def test_an_elementwise_prologue_is_computed_as_slices_load_in_every_kernel(tmp_path, forward, init, init_values,
+                                                                           kernel, shape):
+    """The row op of ``x + r`` (and of a longer chain): its operands are loaded and the chain
+    computed wherever a kernel reads the slice (LayerNorm's shift included), by the in-register,
+    split and looped kernels alike; nothing is materialised between them."""
+    extra = {"init": init, "init_args": ", n: int", "init_values": init_values} if init else {}
+    source = reference(f"def forward(self, x, r):\n    {forward}\n", inputs=f"torch.randn({shape}), "
+                       f"torch.randn({shape})", **extra)
+    runs = sweep(tmp_path, source, [int(init_values)] if init_values else [], [shape, shape], [{}, *SPLIT, *LOOP],
+                 offset=150.0 if init else 0.0, scale=2.0 if init else 1.0)
+    assert_accurate(runs)
+    assert any(r.launched(f"{kernel}_split_kernel") for r in runs) and runs[-1].launched(f"{kernel}_loop_kernel")
+
+
 WIDE = {
     "softmax_wide": reference("def forward(self, x):\n    return torch.softmax(x, dim=1)\n",
                               inputs="torch.randn(3, 20001)"),

@@ -78,8 +78,8 @@ def run_job(home, name: str, start: str) -> tuple[Loop, Store]:
                                   job_config={"proposers": ["tune"], "max_candidates": 6})
     store.start_job(job_id, "cpu")
     config = load(home.config)
-    config.timing.budget_s = 6.0     # enough A/B pairs on a loaded CPU for a 2× gain to clear its noise
-    config.timing.min_pairs = 6
+    config.timing.budget_s = 10.0    # enough A/B pairs on a loaded CPU for a 2× gain to clear its noise
+    config.timing.min_pairs = 10     # (at 6 s and 6 pairs, one CI run of 2026-12-03 saw it not clear)
     loop = Loop(job_id, LocalRecorder(store, home), config=config,
                 device="cpu", workdir=home.work / f"job-{job_id}")
     outcome = loop.run()

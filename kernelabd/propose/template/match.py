@@ -33,14 +33,33 @@ def _inner_of(shape: tuple[int, ...] | None, end: int) -> bool:
     return bool(shape) and torch.Size(shape[end:]).numel() > 1
 
 
+def _prologue(g: Graph, row: Op) -> tuple[str, common.Chain | None] | None:
+    """The row op's operand: an input or parameter (no prologue), or the elementwise chain of
+    every op before it (``x + residual``), with the tensor whose device and dtype the result
+    takes; None when the ops before it are not that."""
+    if len(g.ops) == 1:
+        arg = g.loaded(row.args[0])
+        return (arg, None) if arg is not None else None
+    feeds = g.resolve(g.strip(row.args[0]))
+    if feeds is not g.ops[-2].node:
+        return None
+    chain = g.chain(g.ops[:-1], common.Chain(), {})
+    if chain is None or not chain.tensors:
+        return None
+    return next((t for t in chain.tensors if not t.startswith("self.")), chain.tensors[0]), chain
+
+
 def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
-    if len(g.ops) != 1 or g.out is not g.ops[0].node:
+    """softmax, log-softmax, LayerNorm or RMSNorm as one op, of an input or of an elementwise
+    chain before it (the chain computed as the slices are loaded)."""
+    if not g.ops or g.out is not g.ops[-1].node:
         return None
-    op = g.ops[0]
-    arg = g.loaded(op.args[0])
+    op = g.ops[-1]
+    found = _prologue(g, op)
     shape = g.shape(op.args[0])
-    if arg is None or shape is None:
+    if found is None or shape is None:
         return None
+    arg, prologue = found
     if op.kind in ("softmax", "log_softmax") and op.attrs["dim"] is not None:
         dim = op.attrs["dim"] % len(shape)
         spec = rowwise.Rowwise(op.kind, arg, f"{op.attrs['dim']} % x.dim()",
@@ -56,7 +75,8 @@ def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
             return None
     else:
         return None
-    return Match(*rowwise.render(spec, g.signature, *init))
+    spec = replace(spec, prologue=prologue)
+    return Match(*rowwise.render(spec, g.signature, *init, tuple(o.kind for o in g.ops[:-1])))
 
 
 def match_rms_written(g: Graph, init: list[Any]) -> Match | None:

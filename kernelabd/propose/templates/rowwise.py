@@ -25,10 +25,13 @@ elements ``inner`` apart, neighbouring columns contiguous). Two kernels:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kernelabd.propose.templates import common
 
+SHIFT = "shift = tl.load(x_ptr + base, mask=c < cols, other=0.0).to(tl.float32)"
+"""LayerNorm's shift, the slice's first value (with a prologue, computed as the slice is)."""
 BODIES: dict[str, list[str]] = {
     "softmax": [
         "x = tl.where(mask, x, -float('inf'))",
@@ -41,7 +44,7 @@ BODIES: dict[str, list[str]] = {
         "y = z - tl.log(tl.sum(tl.exp(z), axis=0))[None, :]",
     ],
     "layer_norm": [
-        "shift = tl.load(x_ptr + base, mask=c < cols, other=0.0).to(tl.float32)",
+        SHIFT,
         "x = tl.where(mask, x - shift, 0.0)",
         "d = tl.where(mask, x - (tl.sum(x, axis=0) / R)[None, :], 0.0)",
         "y = d / tl.sqrt(tl.sum(d * d, axis=0) / R + eps)[None, :]",
@@ -86,7 +89,7 @@ STATS: dict[str, Stats] = {
     "layer_norm": Stats(
         names=("mean", "m2"), init=("tl.zeros([BLOCK_C], tl.float32)", "tl.zeros([BLOCK_C], tl.float32)"),
         other=("0.0", "0.0"),
-        prologue=("shift = tl.load(x_ptr + base, mask=c < cols, other=0.0).to(tl.float32)",),
+        prologue=(SHIFT,),
         update=("x = tl.where(mask, x - shift, 0.0)",
                 "n = tl.minimum(tl.maximum(R - r0, 0), t * BLOCK_R).to(tl.float32)",
                 "n_t = tl.minimum(tl.maximum(R - r_first, 0), BLOCK_R).to(tl.float32)",
@@ -135,8 +138,9 @@ CHUNKS = [4096, 8192, 16384, 32768]
 SPLIT = [0, 1, 2]
 """The split kernel's chunk (elements of a slice an item reads) and ``SPLIT = 1`` to take it
 for every slice (0: for slices wider than ``MAX_SLICE``, or when slices are too few to give
-every SM a tile); ``SPLIT = 2`` takes the looped kernel for every slice instead. A chunk is a trade: the ticket is one atomic per item, and the lead that keeps
-the apply items from waiting is ``chunks + programs`` items, all of whose data must stay in L2.
+every SM a tile); ``SPLIT = 2`` takes the looped kernel for every slice instead. A chunk is a
+trade: the ticket is one atomic per item, and the lead that keeps the apply items from waiting
+is ``chunks + programs`` items, all of whose data must stay in L2.
 ``SPLIT_STAGES`` is the split kernel's own ``STAGES``: what pays differs between the two."""
 SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0, "CHUNK": 16384, "SPLIT": 0,
         "SPLIT_STAGES": 2}
@@ -182,10 +186,29 @@ class Rowwise:
     weight: str | None = None   # expression for the scale
     bias: str | None = None     # expression for the shift
     inner: bool = False         # inner > 1 at the traced size (strided slices; the launch decides again)
+    prologue: common.Chain | None = None   # elementwise ops whose result is normalised (``x + residual``)
 
 
 def _args(op: Rowwise) -> str:
-    return "".join(f", {name}" for name, e in (("w_ptr", op.weight), ("b_ptr", op.bias), ("eps", op.eps)) if e)
+    named = "".join(f", {name}" for name, e in (("w_ptr", op.weight), ("b_ptr", op.bias), ("eps", op.eps)) if e)
+    return named + (op.prologue.kernel_args() if op.prologue else "")
+
+
+def _x(op: Rowwise, index: str, mask: str, evict: str | None, target: str = "x") -> list[str]:
+    """Statements leaving the slice's values at ``index`` in ``target``: a load of the input,
+    or with a prologue its operands' loads and its ops, zero where ``mask`` is off (the
+    statistics read masked lanes as the input's zeros). A ``target`` other than ``x`` gets
+    the prologue's names prefixed, so that a value computed before a loop is not reassigned
+    inside it at another shape."""
+    hint = f", eviction_policy='{evict}'" if evict else ""
+    if op.prologue is None:
+        return [f"{target} = tl.load(x_ptr + {index}, mask={mask}, other=0.0{hint}).to(tl.float32)"]
+    chain = op.prologue
+    lines = [line.replace(", other=0.0)", f", other=0.0{hint})") for line in chain.loads(index, mask)]
+    lines += [*chain.lines, f"{target} = tl.where({mask}, {chain.result}, 0.0)"]
+    if target == "x":
+        return lines
+    return [re.sub(r"\b(v\d+\w*|t\d+)\b(?!_ptr|_n\b)", rf"{target}_\1", line) for line in lines]
 
 
 def _affine(op: Rowwise) -> list[str]:
@@ -198,11 +221,15 @@ def _affine(op: Rowwise) -> list[str]:
     return lines
 
 
-def _load(evict: str) -> list[str]:
-    return ["if EVICT_FIRST:",
-            f"    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy='{evict}').to(tl.float32)",
-            "else:",
-            "    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)"]
+def _with_shift(op: Rowwise, lines: list[str] | tuple[str, ...]) -> list[str]:
+    """``lines`` with LayerNorm's shift (the slice's first value) taken through ``_x``."""
+    return [shifted for line in lines
+            for shifted in (_x(op, "base", "c < cols", None, "shift") if line == SHIFT else [line])]
+
+
+def _load(op: Rowwise, evict: str) -> list[str]:
+    return ["if EVICT_FIRST:", *(f"    {line}" for line in _x(op, "offs", "mask", evict)),
+            "else:", *(f"    {line}" for line in _x(op, "offs", "mask", None))]
 
 
 def _indent(lines: list[str] | tuple[str, ...], depth: int) -> str:
@@ -221,7 +248,7 @@ def kernel(op: Rowwise) -> str:
     loop = [*COLUMNS,
             "mask = (r < R) & (c < cols)",
             "offs = base + r.to(tl.int64) * s_r",
-            *_load("evict_first"), *BODIES[op.kind], *_affine(op),
+            *_load(op, "evict_first"), *_with_shift(op, BODIES[op.kind]), *_affine(op),
             "tl.store(out_ptr + offs, y, mask=mask)"]
     pad = " " * (len(op.kind) + 12)
     return (f"\n\n@triton.jit\ndef {op.kind}_kernel(out_ptr, x_ptr, {GEOMETRY_ARGS}{_args(op)},\n"
@@ -241,8 +268,7 @@ def split_kernel(op: Rowwise) -> str:
             "offs = base + r.to(tl.int64) * s_r"]
     stats = [*(f"{n} = {v}" for n, v in zip(st.names, st.init, strict=True)),
              "for t in tl.range(0, CHUNK_TILES, num_stages=STAGES):",
-             *(f"    {line}" for line in [*tile, "x = tl.load(x_ptr + offs, mask=mask, other=0.0, "
-                                           "eviction_policy='evict_last').to(tl.float32)", *st.update]),
+             *(f"    {line}" for line in [*tile, *_x(op, "offs", "mask", "evict_last"), *st.update]),
              *(f"tl.store(part + {i} * BLOCK_C, {n})" for i, n in enumerate(st.names)),
              "tl.debug_barrier()",
              "tl.atomic_add(count_ptr + 1 + blk, 1, sem='release')"]
@@ -257,8 +283,7 @@ def split_kernel(op: Rowwise) -> str:
              "n_p = tl.minimum(tl.maximum(R - pp * (CHUNK_TILES * BLOCK_R), 0), CHUNK_TILES * BLOCK_R).to(tl.float32)",
              *partials, *st.combine,
              "for t in tl.range(0, CHUNK_TILES, num_stages=STAGES):",
-             *(f"    {line}" for line in [*tile, "x = tl.load(x_ptr + offs, mask=mask, other=0.0, "
-                                           "eviction_policy='evict_first').to(tl.float32)",
+             *(f"    {line}" for line in [*tile, *_x(op, "offs", "mask", "evict_first"),
                                            *st.apply, *_affine(op), "tl.store(out_ptr + offs, y, mask=mask)"])]
     item = ["q = p - lead",
             "in_lead = p < lead",
@@ -268,7 +293,7 @@ def split_kernel(op: Rowwise) -> str:
             "blk = item // chunks",
             *COLUMNS,
             "r0 = (item % chunks) * (CHUNK_TILES * BLOCK_R)",
-            *st.prologue,
+            *_with_shift(op, st.prologue),
             "part = part_ptr + item.to(tl.int64) * (NSTAT * BLOCK_C) + tl.arange(0, BLOCK_C)",
             "if stats:", *(f"    {line}" for line in stats),
             "else:", *(f"    {line}" for line in apply)]
@@ -301,16 +326,15 @@ def loop_kernel(op: Rowwise) -> str:
             "r = r_first + tl.arange(0, BLOCK_R)[:, None]",
             "mask = (r < R) & (c < cols)",
             "offs = base + r.to(tl.int64) * s_r"]
-    body = [*COLUMNS, "r0 = 0", *st.prologue,
+    body = [*COLUMNS, "r0 = 0", *_with_shift(op, st.prologue),
             *(f"{n} = {v}" for n, v in zip(st.names, st.init, strict=True)),
             "for t in tl.range(0, tl.cdiv(R, BLOCK_R), num_stages=STAGES):",
-            *(f"    {line}" for line in [*tile, "x = tl.load(x_ptr + offs, mask=mask, other=0.0, "
-                                          "eviction_policy='evict_last').to(tl.float32)", *st.update]),
+            *(f"    {line}" for line in [*tile, *_x(op, "offs", "mask", "evict_last"), *st.update]),
             "n_p = R * 1.0",
             *(f"p_{n} = {n}[None, :]" for n in st.names),
             *st.combine,
             "for t in tl.range(0, tl.cdiv(R, BLOCK_R), num_stages=STAGES):",
-            *(f"    {line}" for line in [*tile, *_load("evict_first"), *st.apply, *_affine(op),
+            *(f"    {line}" for line in [*tile, *_load(op, "evict_first"), *st.apply, *_affine(op),
                                           "tl.store(out_ptr + offs, y, mask=mask)"])]
     name = f"{op.kind}_loop_kernel"
     pad = " " * (len(name) + 5)
@@ -414,25 +438,38 @@ template (a matmul then a row operation) passes its own prefixed ones."""
 
 def forward(op: Rowwise, signature: str, name: str = "forward", prefix: str = "") -> str:
     """The method launching the kernels; a composed template names it and prefixes its tunables."""
-    extra = ", ".join(e for e in (op.weight, op.bias, op.eps) if e)
+    extra = [e for e in (op.weight, op.bias, op.eps) if e]
     tunables = ", ".join(f"{prefix}{t}" for t in ("TILE", "PER_THREAD", "PER_SM", "STAGES", "EVICT", "CHUNK",
                                                    "SPLIT", "SPLIT_STAGES"))
+    first, end, x, out = op.first_dim, op.end_dim, "x", "out"
+    if op.prologue is None:
+        setup = f"    x = {op.arg}.contiguous()\n    out = torch.empty_like(x)\n"
+    else:   # the kernels compute the slice from the operands; the result gives its shape (a
+        chain = op.prologue         # name no forward argument has, which the operands may read)
+        x = out = "_rows_out"
+        extra += [f"*_operand({t}, shape)" for t in chain.tensors] + [f"float({v})" for v in chain.scalars]
+        setup = (f"    shape = torch.broadcast_shapes({', '.join(f'{t}.shape' for t in chain.tensors)})\n"
+                 f"    {out} = torch.empty(shape, device={op.arg}.device, dtype={op.arg}.dtype)\n")
+        first, end = first.replace("x.dim()", f"{out}.dim()"), end.replace("x.dim()", f"{out}.dim()")
+    args = ", ".join(extra) + ("," if extra else "")
     return f'''
 def {name}(self, {signature}):
-    x = {op.arg}.contiguous()
-    out = torch.empty_like(x)
-    kernels = ({op.kind}_kernel, {op.kind}_split_kernel, {len(STATS[op.kind].names)}, {op.kind}_loop_kernel)
-    _row_launch(kernels, x, out, {op.first_dim}, {op.end_dim}, ({extra}{"," if extra else ""}), {tunables})
-    return out
+{setup}    kernels = ({op.kind}_kernel, {op.kind}_split_kernel, {len(STATS[op.kind].names)}, {op.kind}_loop_kernel)
+    _row_launch(kernels, {x}, {out}, {first}, {end}, ({args}), {tunables})
+    return {out}
 '''
 
 
-def render(op: Rowwise, signature: str, imports: list[str], init: str) -> tuple[str, str]:
-    """(candidate source, one-line edit description)."""
+def render(op: Rowwise, signature: str, imports: list[str], init: str,
+           ops: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(candidate source, one-line edit description); ``ops`` names the prologue's ops."""
     title = TITLES[op.kind]
     what = "strided slices" if op.inner else "rows"
     source = (common.header(f"Template: {title} over {what} (whole slices in registers, or split into "
                             "chunks chained through L2; fp32 statistics), persistent programs.", imports)
               + common.tunables(tunable_values(), seed()) + f"STARTS = {SM90_STARTS['any']!r}\n"
-              + common.SMS_HELPER + HELPERS + kernels(op) + common.model_class(init, forward(op, signature)))
-    return source, f"template: {title} (fused, one pass)"
+              + common.SMS_HELPER + (common.OPERAND_HELPER if op.prologue else "") + HELPERS + kernels(op)
+              + common.model_class(init, forward(op, signature)))
+    if op.prologue is None:
+        return source, f"template: {title} (fused, one pass)"
+    return source, f"template: {title} of an elementwise prologue ({', '.join(ops)}), fused, one pass"
