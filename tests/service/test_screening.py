@@ -103,7 +103,8 @@ def test_a_screened_winner_is_gated_and_timed_in_ab_every_configuration_is_recor
     assert winner["verdict"] == "pass", (winner["rule"], winner["reason"])
     assert winner["max_rel_error"] is not None, "it went through the gate"
     blocks = store.conn.execute("SELECT COUNT(*) FROM blocks WHERE candidate_id = ?", (winner["id"],)).fetchone()[0]
-    assert blocks > 0 and winner["faster_than_noise"] and winner["accepted"], "and won its A/B"
+    ab = {k: winner[k] for k in ("speedup", "speedup_lo", "speedup_hi", "candidate_ms", "baseline_ms")}
+    assert blocks > 0 and winner["faster_than_noise"] and winner["accepted"], f"and won its A/B: {ab}"
     linked = [r for r in rows if r["candidate_id"] is not None]
     assert [(r["candidate_id"], r["params"]) for r in linked] == [(winner["id"], json.loads(winner["params"]))]
     kinds = [r[0] for r in store.conn.execute("SELECT kind FROM events WHERE job_id = ?", (loop.job_id,))]
