@@ -27,29 +27,28 @@ def kernelab(home: Home, *args: str, timeout: float = 120) -> subprocess.Complet
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
-def mid_job(home: Home) -> bool:
-    """A candidate has been accepted and the next one is being evaluated."""
+def ask(home: Home, sql: str) -> tuple | None:
+    """One row of a read-only query on the home's store (None before the store exists)."""
     try:
         conn = connect(home.db, readonly=True)
     except (StoreError, NotCreatedYet):
-        return False
+        return None
     try:
-        accepted, flying = conn.execute("SELECT SUM(accepted), SUM(state = 'evaluating') FROM candidates").fetchone()
+        return tuple(conn.execute(sql).fetchone())
     finally:
         conn.close()
-    return bool(accepted) and bool(flying)
+
+
+def mid_job(home: Home) -> bool:
+    """A candidate has been accepted and the next one is being evaluated."""
+    row = ask(home, "SELECT SUM(accepted), SUM(state = 'evaluating') FROM candidates")
+    return row is not None and bool(row[0]) and bool(row[1])
 
 
 def evaluating(home: Home) -> bool:
     """A candidate is being evaluated."""
-    try:
-        conn = connect(home.db, readonly=True)
-    except (StoreError, NotCreatedYet):
-        return False
-    try:
-        return bool(conn.execute("SELECT COUNT(*) FROM candidates WHERE state = 'evaluating'").fetchone()[0])
-    finally:
-        conn.close()
+    row = ask(home, "SELECT COUNT(*) FROM candidates WHERE state = 'evaluating'")
+    return row is not None and bool(row[0])
 
 
 def only_job(home: Home) -> dict:
