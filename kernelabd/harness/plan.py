@@ -153,9 +153,8 @@ def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, devi
     chunks that keep its float64 transient small (``oracle_chunks``), and the tuner's
     screening sandbox where it fits too: what the gate checks comes before how fast the search
     is, so a tight problem screens nothing (it tunes one change per candidate) before it gives
-    up a gate set. Raise ``PlanError`` with the need and
-    the capacity when even the least does not fit. On a GPU the data lives in device memory;
-    on a CPU in the host's."""
+    up a gate set. Raise ``PlanError`` with the need and the capacity when even the least does
+    not fit. On a GPU the data lives in device memory; on a CPU in the host's."""
     probes = [ShapeProbe.from_json(s) for s in shapes]
     main = probes[0]
     wanted = [v for v in FULL_GATE if v in variants or v == "base"]
@@ -165,10 +164,9 @@ def make_plan(shapes: list[dict[str, Any]], device: str, device_total: int, devi
              "parameters": sum(p.params_bytes for p in probes), "oracle": main.oracle_bytes,
              "reference_peak": main.peak_bytes}
     limit = max(SANDBOX_HOST_FLOOR, int(HOST_MARGIN * max(host_total, host_available) / SANDBOXES))
-    least = None
+    least, counts = None, chunk_counts(main)
     for keep in range(len(wanted), 1, -1):          # the gate's sets before the timing's
         for screening, n_timing in itertools.product((True, False), TIMING_SETS):
-            counts = chunk_counts(main)
             need = {c: needs(probes, keep, n_timing, c, screening) for c in counts}
             least = min(need.values()) if least is None else min(least, *need.values())
             fits = [c for c in counts if need[c] <= budget]
