@@ -14,9 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from kernelabd.commands.port import _run
+from kernelabd.config import load
+from kernelabd.service.converge import Loop
+from kernelabd.service.inbox import read_problem
+from kernelabd.service.recorder import LocalRecorder
 from store.db import NotCreatedYet, StoreError, connect
 from store.home import Home
+from store.records import Store
 from tui.data import load_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +50,6 @@ def mid_job(home: Home) -> bool:
     """A candidate has been accepted and the next one is being evaluated."""
     row = ask(home, "SELECT SUM(accepted), SUM(state = 'evaluating') FROM candidates")
     return row is not None and bool(row[0]) and bool(row[1])
-
-
-def evaluating(home: Home) -> bool:
-    """A candidate is being evaluated."""
-    row = ask(home, "SELECT COUNT(*) FROM candidates WHERE state = 'evaluating'")
-    return row is not None and bool(row[0])
 
 
 def only_job(home: Home) -> dict:
@@ -99,25 +100,28 @@ def test_a_killed_port_is_interrupted_then_resumed_and_finished_by_the_daemon(ki
     assert report["best"]["speedup_vs_reference"] == done["best_speedup"]
 
 
-@pytest.mark.slow
-def test_a_port_stopped_with_ctrl_c_is_paused_and_its_report_says_so(kit) -> None:
-    """SIGINT (Ctrl-C, or a benchmark's timeout) pauses the job; its report.json and report.md
-    are written again, so they do not go on saying "running" with the best port found so far."""
-    home = kit.home
-    port = subprocess.Popen([sys.executable, "-m", "kernelabd", "port", str(kit.examples / "softmax.py"),
-                             "--device", "cpu", "--home", str(home.root)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:       # its first candidate, so that the job has work left when the signal comes
-        kit.wait_for(lambda: evaluating(home), 240, "the foreground job's first candidate")
-        os.kill(port.pid, signal.SIGINT)
-        assert port.wait(60) == 130
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(port.pid, signal.SIGKILL)
-        port.wait(10)
-    job = only_job(home)
-    assert job["state"] == "paused"
-    report = json.loads((home.results / "softmax" / "report.json").read_text())
-    assert report["state"] == "paused"
-    assert "paused" in (home.results / "softmax" / "report.md").read_text()
+class CtrlCAtTheSecondCandidate(Loop):
+    """The real loop, with Ctrl-C pressed as its second candidate is about to be evaluated: a
+    fixed point for a signal that, sent from outside, lands wherever a loaded CPU has the job."""
 
+    def evaluate(self, cand):
+        if any(c.state == "done" for c in self.history):
+            raise KeyboardInterrupt
+        super().evaluate(cand)
+
+
+def test_a_port_stopped_with_ctrl_c_is_paused_and_its_report_says_so(kit) -> None:
+    """Ctrl-C (or a benchmark's timeout, SIGINT) pauses the job, and its report.json and
+    report.md are written again: they do not go on saying "running" with the best port found."""
+    home = kit.home
+    store = Store(connect(home.db))
+    problem = read_problem(kit.examples / "softmax.py")
+    _, job_id = store.add_problem(problem, job_config={"foreground_pid": os.getpid()}, always=True)
+    with pytest.raises(SystemExit) as stopped:
+        _run(store, LocalRecorder(store, home), job_id, "cpu", load(home.config), home, Console(stderr=True),
+             CtrlCAtTheSecondCandidate)
+    assert stopped.value.code == 130
+    assert only_job(home)["state"] == "paused"
+    report = json.loads((home.results / "softmax" / "report.json").read_text())
+    assert report["state"] == "paused" and report["best"] is not None
+    assert "paused" in (home.results / "softmax" / "report.md").read_text()
