@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.harness.timing import TimerMismatch, check_trusted
+from kernelabd.config import TimingConfig
+from kernelabd.harness.timing import HOT_CONFIRMS, HOT_ROUNDS, Comparison, TimerMismatch, check_trusted
 
 
 def test_consistent_report_passes() -> None:
@@ -37,3 +38,37 @@ def test_slower_candidate_is_never_refused_for_disagreeing() -> None:
 
 def test_host_bound_timings_are_not_compared() -> None:
     check_trusted(1.0, 0.3, {"A": 0.05, "B": 0.05})
+
+
+
+class ScriptedClock(Comparison):
+    """The cross-check's rounds with our clock's readings scripted (ms a call, in the order the
+    rounds ask for them): the confirmation rule is the subject here; the sandboxes' side of it
+    is covered by the adversarial candidates that lie about their time."""
+
+    def __init__(self, a: list[float], b: list[float]) -> None:
+        super().__init__(None, None, TimingConfig(), "cpu", None, float("inf"))  # type: ignore[arg-type]
+        self.readings = {"A": iter(a), "B": iter(b)}
+        self.asked = 0
+
+    def _trusted_ms(self, side: str, est_ms: float) -> float:
+        self.asked += 1
+        return next(self.readings[side])
+
+
+def test_a_busy_moment_during_the_candidates_rounds_is_measured_again_not_a_verdict() -> None:
+    """Other work slowed B's first rounds, so our clock saw no gain where the A/B saw 2x; the
+    rounds measured again see the gain, and the honest candidate is not refused."""
+    clock = ScriptedClock(a=[2.0, 2.0, 2.0, 2.0], b=[2.0, 2.1, 1.0, 1.05])
+    assert clock._trusted({"A": 2.0, "B": 1.0}, 2.0, 1.0) == {"A": 2.0, "B": 1.0}
+    assert clock.asked == 2 * (2 * HOT_ROUNDS), "one confirmation: both sides' rounds again"
+
+
+def test_a_gain_our_clock_never_sees_is_refused_after_every_confirmation() -> None:
+    """A candidate whose calls really take what the baseline's take cannot make more rounds
+    find a gain: it is refused once the confirmations are spent, not before."""
+    rounds = (1 + HOT_CONFIRMS) * HOT_ROUNDS
+    clock = ScriptedClock(a=[1.0] * rounds, b=[1.0] * rounds)
+    with pytest.raises(TimerMismatch, match=r"reported speedup 1\.667"):
+        clock._trusted({"A": 1.0, "B": 0.6}, 1.0, 0.6)
+    assert clock.asked == 2 * rounds
