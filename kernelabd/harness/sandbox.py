@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from kernelabd.config import SandboxConfig
 from kernelabd.harness.containment import MemoryGuard, descendants, guard_for, process_table
 from kernelabd.harness.isolation import Isolation, jail_plan, launch_argv, probe
+from kernelabd.harness.warmcache import Carried, carry
 
 if TYPE_CHECKING:   # torch is imported by ``request`` only: a head start must not wait for it
     import torch
@@ -290,11 +291,26 @@ class Sandbox:
         self._closed = False
         _LIVE.add(self)
 
+    @property
+    def triton_cache(self) -> Path:
+        return self.workdir / "triton-cache"
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """The (uid, gid) the sandbox runs as where that is an account of its own."""
+        account = self.isolation.account if self.isolation is not None else None
+        return (account[0], account[1]) if account is not None else None
+
+    def carry_triton_cache(self, source: Sandbox) -> Carried:
+        """Start this sandbox's Triton cache from ``source``'s: only ever from a sandbox that
+        ran the same author's code (``kernelabd.harness.warmcache`` says why)."""
+        return carry(source.triton_cache, self.triton_cache, self.owner)
+
     def _env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
         env["HOME"] = str(self.workdir)
         env["TMPDIR"] = str(self.workdir)
-        env["TRITON_CACHE_DIR"] = str(self.workdir / "triton-cache")
+        env["TRITON_CACHE_DIR"] = str(self.triton_cache)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         if self.spec.device == "cpu":

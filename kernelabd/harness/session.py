@@ -449,14 +449,17 @@ class Session:
             arena.close()
 
     # ----- one evaluation ------------------------------------------------------------------
-    def evaluate(self, candidate: Path, baseline: Path | None = None, time_it: bool = True) -> CheckResult:
+    def evaluate(self, candidate: Path, baseline: Path | None = None, time_it: bool = True,
+                 compiled_in: Sandbox | None = None) -> CheckResult:
         """Gate ``candidate`` and, if it passes, time it against ``baseline`` (None: the
-        reference). Its sandbox stays open until ``promote`` or the next evaluation."""
+        reference). Its sandbox stays open until ``promote`` or the next evaluation.
+        ``compiled_in``: a sandbox that already compiled this very source (the screening
+        sandbox of a screened winner), whose Triton cache the candidate's starts from."""
         self.stages = {}
         self.discard()
         t0 = time.monotonic()
         try:
-            result = self._evaluate(candidate, baseline, time_it)
+            result = self._evaluate(candidate, baseline, time_it, compiled_in)
         except Rejected as rej:
             result = rej.result
         if self.reference_s:
@@ -466,7 +469,8 @@ class Session:
         result.wall_s = round(time.monotonic() - t0, 3)
         return result
 
-    def _evaluate(self, candidate: Path, baseline: Path | None, time_it: bool) -> CheckResult:
+    def _evaluate(self, candidate: Path, baseline: Path | None, time_it: bool,
+                  compiled_in: Sandbox | None) -> CheckResult:
         if self.problem.sidecar.target in GPU_ONLY_TARGETS and self.device == "cpu":
             return CheckResult.invalid("bad_arguments", needs_gpu(self.problem, candidate), self.device)
         try:
@@ -488,6 +492,8 @@ class Session:
         with self.stage("sandbox_start", "starting the candidate's sandbox"):
             box = self.box("candidate")
             self.pending = Held(candidate, box)
+            if compiled_in is not None:
+                self.carry_cache(compiled_in, box)
             try:
                 self.load(box, candidate, timing=False)
             except SandboxError as exc:
@@ -507,6 +513,15 @@ class Session:
             with self.stage("timing", "timing against the baseline"):
                 self.time_against(a, box, result)
         return result
+
+    def carry_cache(self, source: Sandbox, box: Sandbox) -> None:
+        """The kernels ``source`` compiled, copied into the candidate's cache before it loads."""
+        t0 = time.monotonic()
+        carried = box.carry_triton_cache(source)
+        self.stages["cache_carry"] = round(time.monotonic() - t0, 3)
+        if carried.entries:
+            self.progress(f"carried {carried.entries} compiled kernels ({carried.bytes / 2**20:.1f} MiB) "
+                          "from the screening sandbox")
 
     def baseline_box(self, baseline: Path | None) -> Sandbox:
         """The reference's sandbox, or the incumbent's, started and loaded if it is not yet."""

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kernelabd.config import Config
 from kernelabd.harness.problem import ProblemError, load_problem, parse_sidecar, validate_candidate
 from kernelabd.harness.result import CheckResult
-from kernelabd.harness.sandbox import SandboxSpec
+from kernelabd.harness.sandbox import Sandbox, SandboxSpec
 from kernelabd.harness.session import Rejected, Session
 from kernelabd.propose.base import (
     Batch,
@@ -234,9 +234,10 @@ class Loop:
                        job_id=self.job_id)
         return cand
 
-    def evaluate(self, cand: Candidate) -> None:
+    def evaluate(self, cand: Candidate, compiled_in: Sandbox | None = None) -> None:
         """Gate and time one candidate against the incumbent (or the reference) and record the
-        verdict; raises ``ReferenceInvalid`` when the reference itself is the problem."""
+        verdict; raises ``ReferenceInvalid`` when the reference itself is the problem.
+        ``compiled_in``: the sandbox that compiled this very source (``Session.evaluate``)."""
         assert self.session is not None
         started = time.monotonic()
         incumbent = self.incumbent
@@ -245,7 +246,7 @@ class Loop:
         self.rec.start_candidate(cand.id)
         self.progress(f"candidate #{cand.id} ({cand.edit or cand.proposer}): checking")
         fingerprinting = self.start_fingerprint(path)
-        result = self.session.evaluate(path, baseline)
+        result = self.session.evaluate(path, baseline, compiled_in=compiled_in)
         data = result.to_json()
         if data.get("rule") in REFERENCE_RULES:
             raise ReferenceInvalid(data.get("reason") or "the reference cannot be evaluated")

@@ -27,11 +27,13 @@ from store.status import (
     speedup_vs_best_peer,
 )
 
-STAGES = ("sandbox_start", "reference", "gate", "gate_first_call", "timing", "fingerprint")
+STAGES = ("sandbox_start", "cache_carry", "reference", "gate", "gate_first_call", "timing", "fingerprint")
 """The stages an evaluation records wall seconds for (``CheckResult.stages``), in the order they
 run; a stage that did not run is absent, and one not named here is listed after these.
-``gate_first_call`` is the part of ``gate`` its first gated call took (where the candidate's
-kernels are compiled); ``fingerprint`` runs beside the others, in a sandbox of its own."""
+``cache_carry`` is the part of ``sandbox_start`` that copied a screened winner's compiled
+kernels from the screening sandbox; ``gate_first_call`` is the part of ``gate`` its first gated
+call took (where the candidate's kernels are compiled, or loaded from that copy);
+``fingerprint`` runs beside the others, in a sandbox of its own."""
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -130,7 +130,7 @@ def screen_batch(loop: Loop, batch: Batch, proposer: str) -> None:
                                     edit=edit_line(control, result, results[0]), parent_id=batch.parent_id,
                                     params=result.params, language=batch.language), proposer)
         loop.rec.link_screened(screened_id, cand.id)
-        loop.evaluate(cand)
+        loop.evaluate(cand, compiled_in=screener_for(loop).box)
         done = next(c for c in loop.history if c.id == cand.id)
         if done.accepted:
             remember(loop, done)

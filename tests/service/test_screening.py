@@ -113,6 +113,7 @@ def test_a_screened_winner_is_gated_and_timed_in_ab_every_configuration_is_recor
     assert "REPEAT 2 → 1" in winner["edit"] and "screened at" in winner["edit"]
     assert winner["verdict"] == "pass", (winner["rule"], winner["reason"])
     assert winner["max_rel_error"] is not None, "it went through the gate"
+    assert "cache_carry" in json.loads(winner["result"])["stages"], "started from the screening sandbox's cache"
     blocks = store.conn.execute("SELECT COUNT(*) FROM blocks WHERE candidate_id = ?", (winner["id"],)).fetchone()[0]
     ab = {k: winner[k] for k in ("speedup", "speedup_lo", "speedup_hi", "candidate_ms", "baseline_ms")}
     assert blocks > 0 and winner["faster_than_noise"] and winner["accepted"], f"and won its A/B: {ab}"
