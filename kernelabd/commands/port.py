@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def port(home_dir: str | None, reference: Path, device: str | None, proposers: t
         recorder.end_job(job_id, "invalid", None, problem.error)
         outcome_state = "invalid"
     else:
+        _pause_on_sigint()
         outcome_state = _run(store, recorder, job_id, device, config, home, console, Loop)
     row = next(j for j in job_rows(store.conn, home) if j["id"] == job_id)
     if as_json:
@@ -86,6 +88,13 @@ def port(home_dir: str | None, reference: Path, device: str | None, proposers: t
                       f"{row['accepted']} accepted, best {speed} "
                       f"{row['best_file'] or row['error'] or ''}")
     sys.exit(EXIT_CODES.get(outcome_state, 1))
+
+
+def _pause_on_sigint() -> None:
+    """SIGINT pauses the job even where this process was started with it ignored: a shell
+    without job control (a script, CI) starts its background commands so, and ``kill -INT``
+    and ``timeout -s INT`` are how scripts and benchmarks stop a port."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _run(store: Store, recorder: LocalRecorder, job_id: int, device: str, config, home,

@@ -125,3 +125,21 @@ def test_a_port_stopped_with_ctrl_c_is_paused_and_its_report_says_so(kit) -> Non
     report = json.loads((home.results / "softmax" / "report.json").read_text())
     assert report["state"] == "paused" and report["best"] is not None
     assert "paused" in (home.results / "softmax" / "report.md").read_text()
+
+
+def test_sigint_pauses_a_port_even_where_it_was_started_with_sigint_ignored() -> None:
+    """A shell without job control (a script, CI) starts background commands with SIGINT
+    ignored, and a Python started so never raises KeyboardInterrupt: ``kill -INT`` would then
+    leave the port running. ``kernelab port`` takes SIGINT back before its job starts."""
+    probe = ("import os, signal, time\n"
+             "from kernelabd.commands.port import _pause_on_sigint\n"
+             "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+             "_pause_on_sigint()\n"
+             "try:\n"
+             "    os.kill(os.getpid(), signal.SIGINT)\n"
+             "    time.sleep(30)\n"
+             "except KeyboardInterrupt:\n"
+             "    print('paused')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0 and done.stdout.strip() == "paused", done.stderr[-2000:]
