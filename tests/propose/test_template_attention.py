@@ -41,6 +41,13 @@ REFERENCES: dict[str, tuple[str, str]] = {
             scores = torch.matmul(q, k.transpose(-2, -1)) / (q.size(-1) ** 0.5)
             return F.softmax(scores, dim=-1) @ v
         """, inputs=QKV), "written-out"),
+    # the scale as model code writes it: a function of a size, recomputed in the candidate
+    "written_out_math_sqrt": ("import math\n" + reference(
+        """\
+        def forward(self, q, k, v):
+            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+            return torch.softmax(scores, dim=-1) @ v
+        """, inputs=QKV), "written-out"),
     # (B, S, D), keys longer than queries, a value head dim of its own, a scaled query
     "written_out_3d": (reference(
         "def forward(self, q, k, v):\n    return torch.bmm((q * 0.125 @ k.mT).softmax(-1), v)\n",

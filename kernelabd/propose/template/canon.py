@@ -17,6 +17,7 @@ How casts, views and sizes are placed is ``graph``'s (``Graph``).
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 import warnings
 from dataclasses import dataclass, field
@@ -121,6 +122,11 @@ REDUCTIONS = {"sum", "mean", "max"}
 HARMLESS_KWARGS = {"inplace", "_stacklevel", "non_blocking", "copy", "memory_format"}
 EXPRESSION_OPERATORS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
                         operator.floordiv: "//", operator.mod: "%", operator.pow: "**"}
+EXPRESSION_FUNCTIONS = {math.sqrt: "math.sqrt", math.log: "math.log", math.log2: "math.log2",
+                        math.exp: "math.exp", math.ceil: "math.ceil", math.floor: "math.floor",
+                        builtins.float: "float", builtins.int: "int", builtins.abs: "abs"}
+"""One-argument functions of sizes (``1 / math.sqrt(q.size(-1))``) a forward recomputes as it
+is written: every candidate file imports ``math``."""
 SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 # positional settings of the elementwise ops that take them, with PyTorch's defaults
@@ -201,7 +207,7 @@ def is_expression(node: fx.Node) -> bool:
     if node.op == "call_method":
         return METHODS.get(str(node.target)) == "size"
     return node.op == "call_function" and (node.target in EXPRESSION_OPERATORS or node.target in (
-        operator.getitem, builtins.getattr, operator.neg))
+        operator.getitem, builtins.getattr, operator.neg) or node.target in EXPRESSION_FUNCTIONS)
 
 
 def describe(node: fx.Node, gm: fx.GraphModule) -> str:

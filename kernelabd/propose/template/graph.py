@@ -44,6 +44,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from kernelabd.harness.problem import one_line
 from kernelabd.propose.template.canon import (
     ELEMENTWISE,
+    EXPRESSION_FUNCTIONS,
     EXPRESSION_OPERATORS,
     FLOATS,
     LITERAL_SIZES,
@@ -391,6 +392,9 @@ class Graph:
         if node.target is operator.neg:
             a = self.expr(node.args[0], names)
             return f"(-{a})" if a is not None else None
+        if node.target in EXPRESSION_FUNCTIONS and len(node.args) == 1 and not node.kwargs:
+            a = self.expr(node.args[0], names)
+            return f"{EXPRESSION_FUNCTIONS[node.target]}({a})" if a is not None else None
         return None
 
     def shape(self, value: Any) -> tuple[int, ...] | None:
