@@ -62,6 +62,28 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
         """,
         init="self.eps = eps\n", init_args=", eps: float", inputs="torch.randn(2, 13, 6, 5)",
         init_values="1e-5"), None, "RMSNorm"),
+    # Hugging Face's LlamaRMSNorm, word for word: fp32 upcast, then the cast back before the weight
+    "rms_norm_llama_hf": (reference(
+        """\
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return self.weight * hidden_states.to(input_dtype)
+        """,
+        init="self.weight = nn.Parameter(torch.ones(dim, dtype=torch.bfloat16))\nself.variance_epsilon = 1e-6\n",
+        init_args=", dim: int", inputs="torch.randn(6, 300, dtype=torch.bfloat16)", init_values="300"),
+        None, "RMSNorm (fused"),
+    # the residual add before it, as a decoder layer writes it, normalised over a middle dim
+    "rms_norm_of_residual_mid_dim": (reference(
+        """\
+        def forward(self, x, residual):
+            h = (x + residual).float()
+            h = h * torch.rsqrt(h.pow(2).mean(1, keepdim=True) + 1e-5)
+            return h.to(x.dtype)
+        """, inputs="torch.randn(3, 40, 5, dtype=torch.float16), torch.randn(3, 40, 5, dtype=torch.float16)"),
+        None, "RMSNorm of an elementwise prologue (add)"),
     "layer_norm_of_residual": (reference(
         "def forward(self, x, residual):\n    return self.ln(x + residual)\n",
         init="self.ln = nn.LayerNorm(n)\n", init_args=", n: int",

@@ -79,58 +79,119 @@ def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
     return Match(*rowwise.render(spec, g.signature, *init, tuple(o.kind for o in g.ops[:-1])))
 
 
+RMS_KINDS = {"square", "mul", "mean", "add", "rsqrt", "sqrt", "div", "round_bf16", "round_fp16"}
+"""What written RMSNorm is made of after its input (and its prologue): the statistics, the
+scaling, and the casts back to the input's dtype that Llama's code writes (``.to(input_dtype)``)."""
+
+
 def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     """RMSNorm as common code writes it (``x * rsqrt(mean(x², d, keepdim) + eps) * w`` and its
-    variants, with or without fp32 casts), recognised by its parts and confirmed by evaluating
-    the graph against the formula on a random input."""
-    means = [op for op in g.ops if op.kind == "mean" and op.attrs["keepdim"]]
-    kinds = {op.kind for op in g.ops}
-    if len(means) != 1 or not kinds <= {"square", "mul", "mean", "add", "rsqrt", "sqrt", "div"}:
+    variants, with or without fp32 casts and the cast back, Hugging Face's ``LlamaRMSNorm``),
+    of an input or of an elementwise prologue (``x + residual``), recognised by its parts and
+    confirmed by evaluating the graph against the formula on random inputs."""
+    squares = [op for op in g.ops if op.kind == "square"]
+    if len(squares) != 1:
         return None
-    x = list(g.inputs)
-    adds = [op for op in g.ops if op.kind == "add" and any(g.scalar(a) for a in op.args)]
-    weights = {g.strip(a) for op in g.ops for a in op.args
+    start = _rms_input(g, squares[0])
+    if start is None:
+        return None
+    head, body = g.ops[:start], g.ops[start:]
+    means = [op for op in body if op.kind == "mean" and op.attrs["keepdim"]]
+    if len(means) != 1 or not {op.kind for op in body} <= RMS_KINDS:
+        return None
+    adds = [op for op in body if op.kind == "add" and any(g.scalar(a) for a in op.args)]
+    weights = {g.strip(a) for op in body for a in op.args
                if isinstance(g.strip(a), fx.Node) and g.strip(a).op == "get_attr"}
-    shape = g.shape(x[0]) if len(x) == 1 else None
-    dim = means[0].attrs["dim"]
+    x = g.resolve(g.strip(squares[0].args[0]))
+    shape, dim = g.shape(x), means[0].attrs["dim"]
     if shape is None or dim is None or len(adds) != 1 or len(weights) > 1:
         return None
+    prologue = g.chain(head, common.Chain(), {}) if head else None
+    arg = g.leaf(x) if not head else _prologue_arg(prologue)
     eps = next(a for a in adds[0].args if g.scalar(a))
     weight = g.leaf(next(iter(weights))) if weights else None
     dim %= len(shape)
-    if not is_number(eps) or not _confirm_rms(g, shape, dim, float(eps), weight):
+    if arg is None or not is_number(eps) or not _confirm_rms(g, x, dim, float(eps), weight):
         return None
-    spec = rowwise.Rowwise("rms_norm", g.leaf(x[0]), f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
-                           eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1))
-    return Match(*rowwise.render(spec, g.signature, *init))
+    spec = rowwise.Rowwise("rms_norm", arg, f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
+                           eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1),
+                           prologue=prologue)
+    return Match(*rowwise.render(spec, g.signature, *init, tuple(o.kind for o in head)))
+
+
+def _rms_input(g: Graph, square: Op) -> int | None:
+    """Where RMSNorm's ops begin: 0 when the squared value is an input, else just after the op
+    that computes it, every op before it being its elementwise prologue; None otherwise."""
+    x = g.resolve(g.strip(square.args[0]))
+    if g.leaf(x) is not None:
+        return 0
+    producers = [i for i, op in enumerate(g.ops) if op.node is x]
+    return producers[0] + 1 if producers else None
+
+
+def _prologue_arg(prologue: common.Chain | None) -> str | None:
+    """The tensor whose device and dtype a prologue's result takes (an input before a weight)."""
+    if prologue is None or not prologue.tensors:
+        return None
+    return next((t for t in prologue.tensors if not t.startswith("self.")), prologue.tensors[0])
 
 
 CONFIRM_EXTENT = 4
-"""The rms check's input keeps the normalised dim and at most this many of every other: it
+"""The rms check's inputs keep the normalised dim and at most this many of every other: it
 asks what the graph computes, not at what size."""
+CONFIRM_ROUNDED_RTOL = 1e-2
+"""Agreement asked of a graph that rounds to bf16 or fp16 on the way (a literal ``.to(torch.
+bfloat16)``, which float64 evaluation keeps): a few of bf16's ulps, still far from any other
+formula's distance."""
 
 
-def _confirm_rms(g: Graph, shape: tuple[int, ...], dim: int, eps: float, weight: str | None) -> bool:
-    """Whether the graph is RMSNorm: evaluated (a copy, on the CPU in float64) against the
-    formula. Casts in the graph keep fp32 rounding, so agreement is asked to fp32 precision,
-    far tighter than any other formula would come."""
-    small = tuple(n if i == dim else min(n, CONFIRM_EXTENT) for i, n in enumerate(shape))
+class _Capture(fx.Interpreter):
+    """Runs a graph and keeps the value one node computed (RMSNorm's input, after a prologue)."""
+
+    def __init__(self, gm: fx.GraphModule, name: str) -> None:
+        super().__init__(gm)
+        self.name, self.value = name, None
+
+    def run_node(self, n: fx.Node) -> Any:
+        out = super().run_node(n)
+        if n.name == self.name:
+            self.value = out
+        return out
+
+
+def _confirm_rms(g: Graph, x: fx.Node, dim: int, eps: float, weight: str | None) -> bool:
+    """Whether the graph is RMSNorm of the value ``x`` (an input, or what a prologue computes):
+    evaluated (a copy, on the CPU in float64, on random inputs) against the formula applied to
+    that value. Casts in the graph keep fp32 rounding, so agreement is asked to fp32 precision,
+    far tighter than any other formula would come, unless the graph rounds to a half type."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(small, generator=gen, dtype=torch.float64)
+    inputs = []
+    for node in g.inputs:
+        full = g.shape(node)
+        if full is None:
+            return False
+        small = tuple(n if i == len(full) - len(g.shape(x) or ()) + dim else min(n, CONFIRM_EXTENT)
+                      for i, n in enumerate(full))
+        inputs.append(torch.randn(small, generator=gen, dtype=torch.float64))
     gm = copy.deepcopy(g.gm).to_empty(device="cpu").double()
     with torch.no_grad():
         for t in [*gm.parameters(), *gm.buffers()]:
             t.copy_(torch.rand(t.shape, generator=gen, dtype=torch.float64) + 0.5)
         w = gm.get_parameter(weight.removeprefix("self.")) if weight is not None else None
+        run = _Capture(gm, x.name)
         try:
-            got = gm(x)
+            got = run.run(*inputs)
         except Exception:          # a graph that only runs at its own sizes is not this formula
             return False
-        want = x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + eps)
+        h = run.value
+        if not isinstance(got, torch.Tensor) or not isinstance(h, torch.Tensor):
+            return False
+        want = h.double() * torch.rsqrt(h.double().pow(2).mean(dim, keepdim=True) + eps)
         if w is not None:
-            want = want * w.reshape([small[dim] if i == dim else 1 for i in range(len(small))])
-    return (isinstance(got, torch.Tensor) and got.shape == want.shape
-            and bool(torch.allclose(got.double(), want, rtol=1e-5, atol=1e-6)))
+            want = want * w.reshape([h.shape[dim] if i == dim else 1 for i in range(h.dim())])
+    rounded = any(op.kind in ("round_bf16", "round_fp16") for op in g.ops)
+    rtol, atol = (CONFIRM_ROUNDED_RTOL, 1e-3) if rounded else (1e-5, 1e-6)
+    return got.shape == want.shape and bool(torch.allclose(got.double(), want, rtol=rtol, atol=atol))
 
 
 def match_reduction(g: Graph, init: list[Any]) -> Match | None:
