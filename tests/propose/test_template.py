@@ -84,6 +84,20 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
             return h.to(x.dtype)
         """, inputs="torch.randn(3, 40, 5, dtype=torch.float16), torch.randn(3, 40, 5, dtype=torch.float16)"),
         None, "RMSNorm of an elementwise prologue (add)"),
+    # KernelBench's losses: an elementwise prologue reduced over every element (a 0-d output),
+    # with a broadcast between a (N, 1) prediction and (N,) targets
+    "mse_loss": (reference("def forward(self, p, t):\n    return torch.mean((p - t) ** 2)\n",
+                           inputs="torch.randn(300, 7), torch.randn(300, 7)"),
+                 None, "mean over every dim of an elementwise prologue (sub, square)"),
+    "hinge_loss_broadcast": (reference(
+        "def forward(self, p, t):\n    return torch.mean(torch.clamp(1 - p * t, min=0))\n",
+        inputs="torch.randn(129, 1), torch.randint(0, 2, (129,)).float() * 2 - 1"),
+        None, "mean over every dim of an elementwise prologue (mul, sub, clamp_min)"),
+    # a prologue reduced over a middle dim, kept
+    "sum_of_sigmoid_product_mid_dim": (reference(
+        "def forward(self, x, y):\n    return (torch.sigmoid(x) * y).sum(dim=1, keepdim=True)\n",
+        inputs="torch.randn(3, 37, 5), torch.randn(3, 37, 5)"),
+        None, "sum over dim 1 of an elementwise prologue (sigmoid, mul)"),
     "layer_norm_of_residual": (reference(
         "def forward(self, x, residual):\n    return self.ln(x + residual)\n",
         init="self.ln = nn.LayerNorm(n)\n", init_args=", n: int",

@@ -163,7 +163,7 @@ class NotRecognised(Exception):
     """The reference could not be traced into a graph; the message (one line) says why."""
 
 
-def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+def arg_of(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
     if len(node.args) > index:
         return node.args[index]
     return node.kwargs.get(name, default)
@@ -358,7 +358,7 @@ def _settings(node: fx.Node, kind: str, module: nn.Module | None) -> tuple[Any, 
             value = getattr(module, name)
             out.append(Expr(f"self.{node.target}.{name}") if is_number(value) else None)
         else:
-            out.append(_arg(node, i + 1, name, default))
+            out.append(arg_of(node, i + 1, name, default))
     return tuple(out) if all(v is not None and (isinstance(v, Expr) or is_number(v)) for v in out) else None
 
 
@@ -373,8 +373,8 @@ def _elementwise_op(node: fx.Node, kind: str, x: Any, module: nn.Module | None) 
             return None
         return Op(node, "clamp" if kind == "hardtanh" else kind, (x, *settings))
     if kind in ("clamp", "clamp_min", "clamp_max"):
-        lo = _arg(node, 1, "min") if kind != "clamp_max" else None
-        hi = _arg(node, 2 if kind == "clamp" else 1, "max") if kind != "clamp_min" else None
+        lo = arg_of(node, 1, "min") if kind != "clamp_max" else None
+        hi = arg_of(node, 2 if kind == "clamp" else 1, "max") if kind != "clamp_min" else None
         if not all(v is None or is_number(v) for v in (lo, hi)) or (lo is None and hi is None):
             return None
         if lo is not None and hi is not None:
@@ -460,28 +460,28 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
     if kind in common.UNARY or kind == "identity" or kind in MORE_ELEMENTWISE:
         return Op(node, kind, (x,)) if _kwargs_ok(node, {"approximate"}) else None
     if kind in ("softmax", "log_softmax") and _kwargs_ok(node, {"dim"}):
-        return Op(node, kind, (x,), {"dim": as_dim(_arg(node, 1, "dim"))})
+        return Op(node, kind, (x,), {"dim": as_dim(arg_of(node, 1, "dim"))})
     if kind in ("max", "min") and len(node.args) == 2 and is_tensor(node.args[1]):
         return Op(node, "maximum" if kind == "max" else "minimum", tuple(node.args))   # torch.max(a, b)
     if kind in REDUCTIONS and _kwargs_ok(node, {"dim", "keepdim"}):
-        return Op(node, kind, (x,), {"dim": as_dim(_arg(node, 1, "dim")),
-                                     "keepdim": bool(_arg(node, 2, "keepdim", False))})
+        return Op(node, kind, (x,), {"dim": as_dim(arg_of(node, 1, "dim")),
+                                     "keepdim": bool(arg_of(node, 2, "keepdim", False))})
     if kind == "matmul":
         return Op(node, kind, (node.args[0], node.args[1]))
     if kind == "getitem":
         return Op(node, kind, (x, node.args[1]))
     if kind == "linear":
-        return Op(node, kind, (x,), {"weight": _arg(node, 1, "weight"), "bias": _arg(node, 2, "bias")})
+        return Op(node, kind, (x,), {"weight": arg_of(node, 1, "weight"), "bias": arg_of(node, 2, "bias")})
     if kind == "layer_norm":
-        shape = _arg(node, 1, "normalized_shape")
+        shape = arg_of(node, 1, "normalized_shape")
         return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
-                                     "weight": _arg(node, 2, "weight"), "bias": _arg(node, 3, "bias"),
-                                     "eps": _arg(node, 4, "eps", 1e-5)})
+                                     "weight": arg_of(node, 2, "weight"), "bias": arg_of(node, 3, "bias"),
+                                     "eps": arg_of(node, 4, "eps", 1e-5)})
     if kind == "rms_norm":
-        shape = _arg(node, 1, "normalized_shape")
+        shape = arg_of(node, 1, "normalized_shape")
         return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
-                                     "weight": _arg(node, 2, "weight"),
-                                     "eps": _arg(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
+                                     "weight": arg_of(node, 2, "weight"),
+                                     "eps": arg_of(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
     if kind == "conv2d":
         return _conv_op(node)
     if kind == "dropout":
@@ -499,7 +499,7 @@ def _method_name(node: fx.Node) -> str:
 def _pow_op(node: fx.Node, x: Any) -> Op | None:
     """``x ** 2`` and ``x ** 3`` are products, ``x ** 0.5`` a square root; other numeric
     exponents only matter to sizes (``d ** -0.5``), where ``Graph.expr`` reads them."""
-    exponent = _arg(node, 1, "exponent")
+    exponent = arg_of(node, 1, "exponent")
     if node.kwargs or not is_number(exponent):
         return None
     kinds = {2: "square", 3: "cube", 0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal", 1: "identity"}
@@ -512,8 +512,8 @@ def _dropout_op(node: fx.Node, x: Any) -> Op | None:
     """Dropout computes nothing when it is off: ``training=False`` or ``p=0`` (``F.dropout``'s
     ``training`` defaults to True, so ``F.dropout(x, 0.5)`` drops even in eval)."""
     train_key = "train" if node.target is torch.dropout else "training"
-    p = _arg(node, 1, "p", 0.5)
-    training = _arg(node, 2, train_key, node.target is not torch.dropout)
+    p = arg_of(node, 1, "p", 0.5)
+    training = arg_of(node, 2, train_key, node.target is not torch.dropout)
     return Op(node, "identity", (x,)) if training is False or p == 0 else None
 
 
@@ -536,7 +536,7 @@ def _conv_op(node: fx.Node) -> Op | None:
     literal in the graph (fx inlines numbers the forward reads from attributes)."""
     if set(node.kwargs) - set(CONV_ARGS) or len(node.args) > len(CONV_ARGS):
         return None
-    given = {name: _arg(node, i, name) for i, name in enumerate(CONV_ARGS)}
+    given = {name: arg_of(node, i, name) for i, name in enumerate(CONV_ARGS)}
     stride = _geometry_literal(1 if given["stride"] is None else given["stride"])
     padding = _geometry_literal(0 if given["padding"] is None else given["padding"], ("same", "valid"))
     dilation = _geometry_literal(1 if given["dilation"] is None else given["dilation"])
@@ -559,7 +559,7 @@ def _view_or_attention_op(node: fx.Node, kind: str, x: Any) -> Op | None:
     if kind == "transpose" and _method_name(node) == "t":
         return Op(node, kind, (x,), {"dims": (-2, -1)})
     if kind == "transpose" and _kwargs_ok(node, {"dim0", "dim1"}):
-        d0, d1 = as_dim(_arg(node, 1, "dim0")), as_dim(_arg(node, 2, "dim1"))
+        d0, d1 = as_dim(arg_of(node, 1, "dim0")), as_dim(arg_of(node, 2, "dim1"))
         return Op(node, kind, (x,), {"dims": (d0, d1)}) if d0 is not None and d1 is not None else None
     if kind == "permute" and not node.kwargs:
         dims = node.args[1:]
@@ -583,11 +583,11 @@ def _view_or_attention_op(node: fx.Node, kind: str, x: Any) -> Op | None:
             return Op(node, "getitem", (x, 0 if node.args[1] == "values" else 1))
         return Op(node, "meta", (x,)) if node.args[1] in ("dtype", "device", "is_cuda", "ndim") else None
     if kind == "size" and _kwargs_ok(node, {"dim"}):
-        dim = _arg(node, 1, "dim")
+        dim = arg_of(node, 1, "dim")
         return Op(node, kind, (x,), {"dim": dim, "method": _method_name(node)}) \
             if dim is None or as_dim(dim) is not None else None
     if kind == "sdpa" and set(node.kwargs) <= set(SDPA_ARGS) and len(node.args) <= len(SDPA_ARGS):
-        given = {name: _arg(node, i, name) for i, name in enumerate(SDPA_ARGS)}
+        given = {name: arg_of(node, i, name) for i, name in enumerate(SDPA_ARGS)}
         dropout, causal = given["dropout_p"] or 0.0, given["is_causal"] or False
         if (given["attn_mask"] is not None or dropout != 0 or given["enable_gqa"]
                 or not isinstance(causal, bool)):

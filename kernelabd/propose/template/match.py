@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from kernelabd.propose.template.canon import REDUCTIONS, Op, dtype_of, is_number
+from kernelabd.propose.template.canon import REDUCTIONS, Op, arg_of, dtype_of, is_number
 from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
 
@@ -195,23 +195,47 @@ def _confirm_rms(g: Graph, x: fx.Node, dim: int, eps: float, weight: str | None)
 
 
 def match_reduction(g: Graph, init: list[Any]) -> Match | None:
-    """sum/mean/amax over one dim, or ``torch.max(x, dim)[0]`` (values only)."""
-    if not g.ops or g.ops[0].kind not in REDUCTIONS or g.ops[0].attrs["dim"] is None:
+    """sum/mean/amax over one dim or all of them, or ``torch.max(x, dim)[0]`` (values only), of
+    an input or of an elementwise chain before it (``mean((a - b) ** 2)``, a loss)."""
+    found = _reduction_op(g)
+    if found is None:
         return None
-    op = g.ops[0]
-    if op.node.target in (torch.max, "max"):        # returns (values, indices)
-        values = (len(g.ops) == 2 and g.ops[1].kind == "getitem"
-                                     and g.ops[1].args == (op.node, 0) and g.out is g.ops[1].node)
-        if len(g.ops) != 2 or not values:
+    k, op = found
+    every = arg_of(op.node, 1, "dim") is None
+    if op.attrs["dim"] is None and not every:
+        return None                  # several dims (a tuple): not one slice per output
+    head = g.ops[:k]
+    if head:
+        if g.resolve(g.strip(op.args[0])) is not head[-1].node:
             return None
-    elif len(g.ops) != 1 or g.out is not op.node:
-        return None
-    arg, shape = g.loaded(op.args[0]), g.shape(op.args[0])
+        prologue = g.chain(head, common.Chain(), {})
+        arg = _prologue_arg(prologue)
+    else:
+        prologue, arg = None, g.loaded(op.args[0])
+    shape = g.shape(op.args[0])
     if arg is None or shape is None:
         return None
-    dim = op.attrs["dim"] % len(shape)
-    spec = reduce.Reduction(op.kind, arg, op.attrs["dim"], op.attrs["keepdim"], _inner_of(shape, dim + 1))
-    return Match(*reduce.render(spec, g.signature, *init))
+    dim = None if every else op.attrs["dim"] % len(shape)
+    inner = False if dim is None else _inner_of(shape, dim + 1)
+    spec = reduce.Reduction(op.kind, arg, None if every else op.attrs["dim"], op.attrs["keepdim"], inner,
+                            prologue)
+    return Match(*reduce.render(spec, g.signature, *init, tuple(o.kind for o in head)))
+
+
+def _reduction_op(g: Graph) -> tuple[int, Op] | None:
+    """The graph's reduction, last (or before the ``[0]`` of ``torch.max(x, dim)``), and its index."""
+    if not g.ops:
+        return None
+    last = g.ops[-1]
+    if last.kind in REDUCTIONS and g.out is last.node:
+        if last.node.target in (torch.max, "max") and arg_of(last.node, 1, "dim") is not None:
+            return None              # (values, indices) returned whole
+        return len(g.ops) - 1, last
+    if len(g.ops) < 2 or last.kind != "getitem" or g.out is not last.node:
+        return None
+    op = g.ops[-2]
+    values = op.kind in REDUCTIONS and op.node.target in (torch.max, "max") and last.args == (op.node, 0)
+    return (len(g.ops) - 2, op) if values and op.attrs["dim"] is not None else None
 
 
 def match_elementwise(g: Graph, init: list[Any]) -> Match | None:

@@ -1,4 +1,5 @@
-"""sum / mean / max over one dim, in one pass over the input at any shape.
+"""sum / mean / max over one dim or over all of them, of an input or of an elementwise prologue
+(``mean((a - b) ** 2)``, computed as the slices are loaded), in one pass at any shape.
 
 The input is viewed as ``(outer, R, inner)``, as the row kernels view it (``rowwise``): a
 *column* is one reduced slice, an outer row when ``inner == 1`` (``R`` contiguous elements),
@@ -11,7 +12,7 @@ the end (no cross-thread reduction in the loop). No transposing copy, any ``R``.
 When the columns are too few to give every SM a program (a sum over a long leading dim, a
 reduction to a handful of values), ``R`` is split across programs (``SPLIT``): each writes a
 partial per column and a second kernel combines the partials in a fixed order, so the result
-does not depend on timing.
+does not depend on timing. A reduction over all dims is one column of every element, split so.
 """
 
 from __future__ import annotations
@@ -44,10 +45,22 @@ where 1024- or 4096-element tiles, 2 or 8 warps and 32- to 256-column blocks wer
 @dataclass
 class Reduction:
     kind: str          # sum | mean | max
-    arg: str           # forward argument reduced
-    dim: int
+    arg: str           # forward argument reduced (with a prologue: the tensor whose device and dtype the result takes)
+    dim: int | None    # None: every dim
     keepdim: bool
     inner: bool        # inner > 1 at the traced size (strided columns; the launch decides again)
+    prologue: common.Chain | None = None   # elementwise ops whose result is reduced
+
+
+def _load(op: Reduction) -> list[str]:
+    """The step's values into ``x``: a load of the input, or its prologue's operands loaded at the
+    element's flat index and its ops, the reduction's identity where ``mask`` is off."""
+    if op.prologue is None:
+        return [f"x = tl.load(x_ptr + base + r.to(tl.int64) * s_r, mask=mask, other={OTHER[op.kind]})",
+                "x = x.to(tl.float32)"]
+    chain = op.prologue
+    return ["idx = base + r.to(tl.int64) * s_r", *chain.loads("idx", "mask"), *chain.lines,
+            f"x = tl.where(mask, {chain.result}, {OTHER[op.kind]})"]
 
 
 def kernel(op: Reduction) -> str:
@@ -62,8 +75,7 @@ def kernel(op: Reduction) -> str:
         "for r0 in tl.range(r_lo, r_hi, BLOCK_R, num_stages=STAGES):",
         "    r = r0 + tl.arange(0, BLOCK_R)[:, None]",
         "    mask = (r < r_hi) & (c < cols)",
-        f"    x = tl.load(x_ptr + base + r.to(tl.int64) * s_r, mask=mask, other={OTHER[op.kind]})",
-        "    x = x.to(tl.float32)",
+        *(f"    {line}" for line in _load(op)),
         f"    {STEP[op.kind]}",
         f"res = {FINISH[op.kind]}",
         "cc = (blk % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)",
@@ -74,8 +86,9 @@ def kernel(op: Reduction) -> str:
         f"    tl.store(out_ptr + out_offs, res{SCALE[op.kind]}, mask=cc < cols)",
     ]
     pad = " " * (len(op.kind) + 12)
-    return (f"\n\n@triton.jit\ndef {op.kind}_kernel(out_ptr, ws_ptr, x_ptr, slabs, cols, R, s_slab, s_col, s_r,\n"
-            f"{pad}r_split, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr,\n"
+    x_ptr, operands = ("", op.prologue.kernel_args()) if op.prologue else ("x_ptr, ", "")
+    return (f"\n\n@triton.jit\ndef {op.kind}_kernel(out_ptr, ws_ptr, {x_ptr}slabs, cols, R, s_slab, s_col, s_r,\n"
+            f"{pad}r_split{operands}, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, STAGES: tl.constexpr,\n"
             f"{pad}SPLIT: tl.constexpr):\n" + "".join(f"    {line}\n" for line in lines))
 
 
@@ -98,13 +111,21 @@ def combine_kernel(op: Reduction) -> str:
 
 
 def forward(op: Reduction, signature: str) -> str:
-    kept = "(1,) + " if op.keepdim else ""
+    if op.prologue is None:
+        setup, x, operands = f"    x = {op.arg}.contiguous()\n    shape = x.shape\n", "x, ", ""
+    else:   # the kernel computes the elements from the operands; only their shape is needed here
+        tensors = ", ".join(f"{t}.shape" for t in op.prologue.tensors)
+        setup, x, operands = f"    shape = torch.broadcast_shapes({tensors})\n", "", op.prologue.call_args("shape")
+    if op.dim is None:
+        span = "    first, end = 0, len(shape)\n"
+        kept = "(1,) * len(shape)" if op.keepdim else "()"
+    else:
+        span = f"    first = {op.dim} % len(shape)\n    end = first + 1\n"
+        kept = "shape[:first] + (1,) + shape[end:]" if op.keepdim else "shape[:first] + shape[end:]"
     return f'''
 def forward(self, {signature}):
-    x = {op.arg}.contiguous()
-    dim = {op.dim} % x.dim()
-    out = torch.empty(x.shape[:dim] + {kept}x.shape[dim + 1:], device=x.device, dtype=x.dtype)
-    slabs, cols, R, *strides = _geometry(x, dim, dim + 1)
+{setup}{span}    out = torch.empty({kept}, device={op.arg}.device, dtype={op.arg}.dtype)
+    slabs, cols, R, *strides = _geometry(torch.empty(shape, device="meta"), first, end)
     if strides[2] == 1:      # rows: a tile is whole rows, as many as TILE holds
         block_r = min(triton.next_power_of_2(R), TILE)
         block_c = max(1, min(triton.next_power_of_2(cols), TILE // block_r))
@@ -112,11 +133,11 @@ def forward(self, {signature}):
         block_c = min(triton.next_power_of_2(cols), BLOCK_INNER)
         block_r = max(1, min(triton.next_power_of_2(R), TILE // block_c))
     blocks = slabs * triton.cdiv(cols, block_c)
-    split = _split(blocks, triton.cdiv(R, block_r), _sms(x))
+    split = _split(blocks, triton.cdiv(R, block_r), _sms({op.arg}))
     r_split = triton.cdiv(triton.cdiv(R, split), block_r) * block_r
     split = triton.cdiv(R, r_split)
-    ws = torch.empty((split, slabs * cols), device=x.device, dtype=torch.float32) if split > 1 else out
-    {op.kind}_kernel[(blocks, split)](out, ws, x, slabs, cols, R, *strides, r_split, BLOCK_R=block_r,
+    ws = torch.empty((split, slabs * cols), device={op.arg}.device, dtype=torch.float32) if split > 1 else out
+    {op.kind}_kernel[(blocks, split)](out, ws, {x}slabs, cols, R, *strides, r_split{operands}, BLOCK_R=block_r,
                           BLOCK_C=block_c, STAGES=STAGES, SPLIT=split, num_warps=num_warps)
     if split > 1:
         n = slabs * cols
@@ -138,11 +159,15 @@ def _split(blocks: int, steps: int, sms: int) -> int:
 '''
 
 
-def render(op: Reduction, signature: str, imports: list[str], init: str) -> tuple[str, str]:
-    source = (common.header(f"Template: {op.kind} over dim {op.dim} in one pass, fp32 accumulation "
+def render(op: Reduction, signature: str, imports: list[str], init: str,
+           ops: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(candidate source, one-line edit description); ``ops`` names the prologue's ops."""
+    over = "every dim" if op.dim is None else f"dim {op.dim}"
+    source = (common.header(f"Template: {op.kind} over {over} in one pass, fp32 accumulation "
                             f"({'strided columns' if op.inner else 'rows'}; R split across programs "
                             "when the outputs are few).", imports)
               + common.tunables(TUNE_VALUES, SEED) + f"STARTS = {SM90_STARTS['any']!r}\n"
-              + common.SMS_HELPER + rowwise.GEOMETRY_HELPER + SPLIT_HELPER + kernel(op) + combine_kernel(op)
-              + common.model_class(init, forward(op, signature)))
-    return source, f"template: {op.kind} over dim {op.dim} (one kernel)"
+              + common.SMS_HELPER + (common.OPERAND_HELPER if op.prologue else "") + rowwise.GEOMETRY_HELPER
+              + SPLIT_HELPER + kernel(op) + combine_kernel(op) + common.model_class(init, forward(op, signature)))
+    of = f" of an elementwise prologue ({', '.join(ops)})" if op.prologue else ""
+    return source, f"template: {op.kind} over {over}{of} (one kernel)"
