@@ -62,7 +62,11 @@ def carry(source: Path, dest: Path, owner: tuple[int, int] | None = None,
         for name, _mtime in sorted(_entries(top), key=lambda e: e[1], reverse=True):
             found = _read_entry(top, name, limit - total)
             moved = _relocated(found, source / name, dest / name) if found else {}
-            if not moved or not _write_entry(out, name, moved, owner):
+            try:
+                written = bool(moved) and _write_entry(out, name, moved, owner)
+            except OSError:         # a full disk: what is not carried is compiled again
+                written = False
+            if not written:
                 skipped += 1
                 continue
             entries, files, total = entries + 1, files + len(moved), total + sum(map(len, moved.values()))
@@ -84,7 +88,11 @@ def _open_dest(dest: Path, owner: tuple[int, int] | None) -> int:
 def _entries(top: int) -> list[tuple[str, float]]:
     """The cache's entry directories (one per kernel hash) and when each was written."""
     found = []
-    for name in os.listdir(top):
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return []
+    for name in names:
         if name.startswith(".") or name.startswith("tmp."):
             continue
         with contextlib.suppress(OSError):
@@ -103,7 +111,11 @@ def _read_entry(top: int, name: str, room: int) -> dict[str, bytes] | None:
         return None
     files: dict[str, bytes] = {}
     try:
-        for child in os.listdir(fd):
+        try:
+            children = os.listdir(fd)
+        except OSError:             # a directory the sandbox made unreadable
+            return None
+        for child in children:
             if child == "lock" or child.startswith("tmp."):
                 continue
             data = _read_plain(fd, child, room)
@@ -160,7 +172,8 @@ def _relocated_group(data: bytes, old: Path, new: Path, files: dict[str, bytes])
 
 def _write_entry(out: int, name: str, files: dict[str, bytes], owner: tuple[int, int] | None) -> bool:
     """Write one entry under the open directory ``out``; False where the new sandbox already
-    has an entry of that name (what it compiled itself is left as it is)."""
+    has an entry of that name (what it compiled itself is left as it is). Triton's group file
+    goes last: a copy cut short names no file that is not whole, and the kernel compiles again."""
     try:
         os.mkdir(name, 0o755, dir_fd=out)
     except FileExistsError:
@@ -169,7 +182,7 @@ def _write_entry(out: int, name: str, files: dict[str, bytes], owner: tuple[int,
     try:
         if owner is not None:
             os.fchown(fd, *owner)
-        for child, data in files.items():
+        for child, data in sorted(files.items(), key=lambda item: item[0].startswith(GROUP_PREFIX)):
             with os.fdopen(os.open(child, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
                                    dir_fd=fd), "wb") as f:
                 if owner is not None:
