@@ -62,6 +62,9 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
         """,
         init="self.eps = eps\n", init_args=", eps: float", inputs="torch.randn(2, 13, 6, 5)",
         init_values="1e-5"), None, "RMSNorm"),
+    "rms_norm_self_product": (reference(
+        "def forward(self, x):\n    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)\n",
+        inputs="torch.randn(4, 130)"), None, "RMSNorm (fused"),
     # Hugging Face's LlamaRMSNorm, word for word: fp32 upcast, then the cast back before the weight
     "rms_norm_llama_hf": (reference(
         """\

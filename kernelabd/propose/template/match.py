@@ -90,9 +90,12 @@ def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     of an input or of an elementwise prologue (``x + residual``), recognised by its parts and
     confirmed by evaluating the graph against the formula on random inputs."""
     squares = [op for op in g.ops if op.kind == "square"]
-    if len(squares) != 1:
+    if len(squares) == 1:
+        start, x = _rms_input(g, squares[0]), g.resolve(g.strip(squares[0].args[0]))
+    elif len(g.inputs) == 1:        # squared as a product (``x * x``): of the input itself
+        start, x = 0, g.inputs[0]
+    else:
         return None
-    start = _rms_input(g, squares[0])
     if start is None:
         return None
     head, body = g.ops[:start], g.ops[start:]
@@ -102,7 +105,6 @@ def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     adds = [op for op in body if op.kind == "add" and any(g.scalar(a) for a in op.args)]
     weights = {g.strip(a) for op in body for a in op.args
                if isinstance(g.strip(a), fx.Node) and g.strip(a).op == "get_attr"}
-    x = g.resolve(g.strip(squares[0].args[0]))
     shape, dim = g.shape(x), means[0].attrs["dim"]
     if shape is None or dim is None or len(adds) != 1 or len(weights) > 1:
         return None
