@@ -516,9 +516,8 @@ class Session:
 
     def carry_cache(self, source: Sandbox, box: Sandbox) -> None:
         """The kernels ``source`` compiled, copied into the candidate's cache before it loads."""
-        t0 = time.monotonic()
-        carried = box.carry_triton_cache(source)
-        self.stages["cache_carry"] = round(time.monotonic() - t0, 3)
+        with self.stage("cache_carry", "carrying the screening sandbox's compiled kernels"):
+            carried = box.carry_triton_cache(source)
         if carried.entries:
             self.progress(f"carried {carried.entries} compiled kernels ({carried.bytes / 2**20:.1f} MiB) "
                           "from the screening sandbox")
