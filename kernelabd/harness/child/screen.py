@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from kernelabd.harness import wire
+from kernelabd.harness import gate, wire
 from kernelabd.harness.child import inputs
 from kernelabd.harness.plan import meminfo
 from kernelabd.harness.problem import one_line
@@ -226,6 +226,13 @@ class Screen:
         if self.device != "cpu":
             torch.cuda.synchronize()
 
+    def release(self) -> None:
+        """Give the caching allocator's free blocks back to the device after each request: the
+        sandbox lives as long as the job, beside the candidates' sandboxes, and a variant that
+        failed half-way (out of memory, say) must not keep what it took from them."""
+        if self.device != "cpu":
+            torch.cuda.empty_cache()
+
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Load, check and time one variant: ``timed`` with its median ms, or ``wrong``."""
         started = time.perf_counter()
@@ -242,6 +249,7 @@ class Screen:
         wrong = self.sanity(outs)
         if wrong:
             return {"status": "wrong", "detail": wrong}
+        del outs                    # timed calls make their own: the plan counts one variant's outputs
         ms, how = self.measure(call)
         return {"status": "timed", "ms": ms, "detail": f"{how}; loaded and checked in {loaded_s:.3f} s"}
 
@@ -252,10 +260,9 @@ class Screen:
         for j, (got, want) in enumerate(zip(outs, self.expected, strict=True)):
             if got.shape != want.shape:
                 return f"output {j} has shape {tuple(got.shape)}, the reference's {tuple(want.shape)}"
-            diff, scale = (got.double() - want.double()), want.double()
-            if not bool(torch.isfinite(got).all()) and bool(torch.isfinite(want).all()):
+            if not gate.all_finite(got) and gate.all_finite(want):
                 return f"output {j} is not finite"
-            error = float(torch.linalg.vector_norm(diff)) / max(float(torch.linalg.vector_norm(scale)), 1e-30)
+            error = gate.normwise_error(got, want)
             if not error <= SANITY_REL:
                 return f"output {j}: normwise error {error:.3g} against the reference's (> {SANITY_REL})"
         return None
@@ -357,6 +364,7 @@ def serve(sock: Any) -> None:
             reply = handlers[cmd](msg)
         except Exception as exc:  # every failure of evaluated code becomes a reply
             reply = server().error_reply(exc, str(cmd))
+        screen.release()
         wire.send(sock, reply, [])
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import types
 
+import pytest
 import torch
 
+from kernelabd.harness import gate
 from kernelabd.harness.child import screen
 from kernelabd.harness.child.screen import build
 
@@ -58,3 +61,37 @@ def test_compile_processes_are_as_many_as_asked_while_half_the_hosts_memory_hold
 def test_the_available_memory_is_read_from_this_host():
     available = screen.host_available_bytes()
     assert available is not None and 0 < available <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def screen_expecting(expected: list[torch.Tensor], device: str = "cpu") -> screen.Screen:
+    box = screen.Screen()
+    box.device, box.expected = device, expected
+    return box
+
+
+def test_the_sanity_check_is_the_normwise_error_a_chunk_at_a_time(monkeypatch):
+    monkeypatch.setattr(gate, "CHUNK", 1000)      # 37 chunks and a partial one
+    want = torch.randn(37, 1013)
+    near, far = want * (1 + 0.01 * torch.randn_like(want)), want + 0.2 * want.norm() / math.sqrt(want.numel())
+    whole = float((near.double() - want.double()).norm() / want.double().norm())
+    assert gate.normwise_error(near, want) == pytest.approx(whole, rel=1e-9)
+    box = screen_expecting([want])
+    assert box.sanity([near]) is None, "1 % noise is an honest kernel's rounding and more"
+    assert "normwise error" in box.sanity([far])
+    broken = near.clone()
+    broken[36, 1012] = float("nan")               # in the last, partial chunk
+    assert box.sanity([broken]) == "output 0 is not finite"
+    assert "has shape" in box.sanity([near[:, :-1]])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_sanity_check_of_a_large_output_holds_no_float64_copy_of_it():
+    want = torch.randn(1 << 28, device="cuda")     # 1 GiB of fp32: a float64 copy is 2 GiB
+    got = want * 1.001
+    box = screen_expecting([want], "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    assert box.sanity([got]) is None
+    assert torch.cuda.max_memory_allocated() - before < 4 * gate.CHUNK * 8
