@@ -74,12 +74,14 @@ def job_figures(db: Path, name: str) -> dict[str, Any] | None:
     statuses = dict(conn.execute("SELECT status, COUNT(*) FROM screened WHERE job_id = ? GROUP BY status",
                                  (jid,)).fetchall())
     cands = [dict(r) for r in conn.execute(
-        "SELECT id, proposer, edit, verdict, rule, candidate_ms, speedup, accepted, finished_at FROM candidates "
-        "WHERE job_id = ? ORDER BY id", (jid,))]
+        "SELECT id, proposer, edit, verdict, rule, candidate_ms, speedup, accepted, finished_at, result "
+        "FROM candidates WHERE job_id = ? ORDER BY id", (jid,))]
+    results = [json.loads(c.pop("result") or "{}") or {} for c in cands]
+    walls = [w for r in results if isinstance(w := r.get("wall_s"), int | float)]
     batches = [m for (m,) in conn.execute("SELECT message FROM events WHERE job_id = ? AND kind = 'batch.screened' "
                                           "ORDER BY id", (jid,))]
-    measured = conn.execute("SELECT COUNT(*) FROM events WHERE job_id = ? AND kind = 'ceilings.measured'",
-                            (jid,)).fetchone()[0]
+    ceilings = [ts for (ts,) in conn.execute("SELECT ts FROM events WHERE job_id = ? AND kind = 'ceilings.measured'",
+                                              (jid,))]
     first = next((c["finished_at"] for c in cands if c["accepted"]), None)
     conn.close()
     return {"job": jid, "state": job["state"], "stop_reason": job["stop_reason"], "error": job["error"],
@@ -89,8 +91,9 @@ def job_figures(db: Path, name: str) -> dict[str, Any] | None:
             "ab_timed": sum(c["verdict"] == "pass" and c["candidate_ms"] is not None for c in cands),
             "accepted": sum(bool(c["accepted"]) for c in cands),
             "first_verified_s": first - job["started_at"] if first and job["started_at"] else None,
-            "best_speedup_vs_reference": over_reference(cands), "ceilings_measured": measured,
-            "candidates": cands}
+            "best_speedup_vs_reference": over_reference(cands), "ceilings_measured": len(ceilings),
+            "ceilings_s": ceilings[0] - job["started_at"] if ceilings and job["started_at"] else None,
+            "evaluation_wall_s": walls, "candidates": cands}
 
 
 def over_reference(cands: list[dict[str, Any]]) -> float | None:
@@ -110,7 +113,9 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
             "screened_per_min": screened / minutes if minutes else None,
             "screened_per_screening_min": screened / screening_min if screening_min else None,
             "verified_per_min": figures.get("gated", 0) / minutes if minutes else None,
-            "first_verified_s": figures.get("first_verified_s"), "speedup": figures.get("best_speedup_vs_reference"),
+            "first_verified_s": figures.get("first_verified_s"), "ceilings_s": figures.get("ceilings_s"),
+            "evaluation_wall_s": figures.get("evaluation_wall_s") or [],
+            "speedup": figures.get("best_speedup_vs_reference"),
             "dropped": {k: v for k, v in (figures.get("screened") or {}).items() if k != "timed"},
             "note": row["port"].get("error") or figures.get("error")}
 
@@ -121,12 +126,17 @@ def _f(value: float | None, spec: str = ".3g") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| problem | GPU-min | screened | screened/GPU-min | screened/screening-min | verified/GPU-min "
-             "| first verified s | best × ref | dropped | note |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| first verified s (ceilings' s in it) | evaluation wall s (min–max) | best × ref | dropped | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for d in map(derive, rows):
         dropped = ", ".join(f"{n} {s}" for s, n in d["dropped"].items()) or "—"
+        walls = d["evaluation_wall_s"]
+        wall = f"{min(walls):.1f}–{max(walls):.1f}" if walls else "—"
+        ceilings = f" ({d['ceilings_s']:.1f})" if d["ceilings_s"] is not None else ""
         lines.append(f"| {d['problem']} | {_f(d['minutes'])} | {d['screened']} | {_f(d['screened_per_min'])} "
                      f"| {_f(d['screened_per_screening_min'])} | {_f(d['verified_per_min'])} "
-                     f"| {_f(d['first_verified_s'])} | {_f(d['speedup'], '.3f')} | {dropped} | {d['note'] or ''} |")
+                     f"| {_f(d['first_verified_s'])}{ceilings} | {wall} | {_f(d['speedup'], '.3f')} | {dropped} "
+                     f"| {d['note'] or ''} |")
     return "\n".join(lines)
 
 
@@ -164,11 +174,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--proposer", action="append", dest="proposers",
                         help="proposers in order (repeatable; default: template, tune)")
     parser.add_argument("--timeout-s", type=float, default=0.0, help="wall limit a port (default: 3 × budget + 120 s)")
+    parser.add_argument("--from-homes", nargs="+", type=Path, metavar="HOME",
+                        help="run nothing: the table of the jobs already in these kernelab homes (each with a "
+                             "kernelab.db, e.g. bench/port's homes), one row a problem")
     return parser.parse_args(argv)
+
+
+def rows_of_homes(homes: list[Path]) -> list[dict[str, Any]]:
+    """One row a problem of each home's database, as if this benchmark had run it."""
+    rows = []
+    for home in homes:
+        db = home / "kernelab.db"
+        if not db.exists():
+            raise SystemExit(f"{home}: no kernelab.db (not a kernelab home)")
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            names = [n for (n,) in conn.execute("SELECT DISTINCT p.name FROM jobs j JOIN problems p "
+                                                "ON p.id = j.problem_id ORDER BY j.id")]
+        rows += [{"problem": n, "port": {}, "figures": job_figures(db, n), "home": str(home)} for n in names]
+    return rows
+
+
+def write_table(rows: list[dict[str, Any]], out: Path) -> None:
+    text = table(rows) + "\n\n" + "\n".join(goals(rows))
+    (out / "table.md").write_text(text + "\n")
+    print(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_homes:
+        args.out.mkdir(parents=True, exist_ok=True)
+        rows = rows_of_homes(args.from_homes)
+        with (args.out / "screen.jsonl").open("w") as raw:
+            raw.writelines(json.dumps(row) + "\n" for row in rows)
+        write_table(rows, args.out)
+        return 0
     names = sorted(p.stem for p in PROBLEMS.glob("*.py"))
     unknown = set(args.only or []) - set(names)
     if unknown:
@@ -190,9 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             raw.flush()
     if (home / "kernelab.db").exists():
         copy_database(home / "kernelab.db", args.out / "kernelab.db")
-    text = table(rows) + "\n\n" + "\n".join(goals(rows))
-    (args.out / "table.md").write_text(text + "\n")
-    print(text)
+    write_table(rows, args.out)
     return 0
 
 

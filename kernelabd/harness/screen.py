@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -71,21 +72,72 @@ class Screener:
         self.box: Sandbox | None = None
         self.staged_reference = ""
         self.written = 0            # variant files written into the sandbox so far (unique names)
+        self.warmed: dict[str, Any] | None = None   # the sandbox's account of ``warm``, once done
+        self.ready_s: float | None = None           # seconds the last batch waited for the sandbox
+        self.started_s: float | None = None         # … for its reference and compile processes
+        self.compile_s: float | None = None         # … for its compiles
+        self.batches = 0
+        self._lock = threading.Lock()               # one request at a time: ``warm`` runs in a thread
+        self._warming: threading.Thread | None = None
 
     def screen(self, variants: list[tuple[dict[str, Any], str]]) -> list[Screened]:
         """Screen each ``(params, source)`` variant of one candidate; one result per variant,
-        in order."""
-        found: dict[int, Screened] = {}
-        left = list(range(len(variants)))
-        for _ in range(RESTARTS + 1):
-            if not left:
-                break
-            left = self._in_sandbox(variants, left, found)
-        for i in left:
-            found[i] = Screened(variants[i][0], "failed", detail="not screened: the screening sandbox kept dying")
-        return [found[i] for i in range(len(variants))]
+        in order (after a ``prewarm`` still under way has ended)."""
+        waited = time.monotonic()
+        with self._lock:
+            self.ready_s = time.monotonic() - waited
+            self.batches += 1
+            found: dict[int, Screened] = {}
+            left = list(range(len(variants)))
+            for _ in range(RESTARTS + 1):
+                if not left:
+                    break
+                left = self._in_sandbox(variants, left, found)
+            for i in left:
+                found[i] = Screened(variants[i][0], "failed", detail="not screened: the screening sandbox kept dying")
+            return [found[i] for i in range(len(variants))]
+
+    def costs(self) -> str:
+        """Where the last batch's wall went before timing, as the batch's event says it: the
+        wait for a ``prewarm`` under way, the sandbox's own start, the compiles (the sandbox's
+        figures: for reading only)."""
+        parts = [f"{label} {value:.1f} s" for label, value in
+                 (("waited for the sandbox", self.ready_s), ("its start", self.started_s),
+                  ("compiles", self.compile_s)) if value is not None]
+        ahead = " (sandbox started ahead)" if self.warmed is not None and self.batches == 1 else ""
+        return f"; {', '.join(parts)}{ahead}" if parts else ""
+
+    def prewarm(self, reference_bytes: int) -> None:
+        """Start the sandbox and its compile-only processes in a thread of this process, so that
+        the first batch finds them ready; host work only, nothing is launched on the device. A
+        failure is left for the first batch to meet (it starts a fresh sandbox)."""
+        if self._warming is None and self.box is None:
+            self._warming = threading.Thread(target=self._warm, args=(reference_bytes,), daemon=True,
+                                             name="kernelab-screen-warm")
+            self._warming.start()
+
+    def _warm(self, reference_bytes: int) -> None:
+        with self._lock:
+            try:
+                box = self._sandbox()
+                reply, _ = box.request({**_start_fields(self.reference, self.staged_reference, self.spec.device,
+                                                        self.options),
+                                        "cmd": "warm", "reference_bytes": reference_bytes},
+                                       deadline=time.monotonic() + COMPILE_TIMEOUT_S,
+                                       what="starting the compile-only processes")
+                self.warmed = reply
+            except SandboxError:
+                self._close()
 
     def close(self) -> None:
+        """End the sandbox; a ``prewarm`` still under way is cut short, its sandbox killed."""
+        while self._warming is not None and self._warming.is_alive():
+            if self.box is not None:
+                self.box.kill()         # its request then fails, and the thread ends
+            self._warming.join(timeout=1.0)
+        self._close()
+
+    def _close(self) -> None:
         if self.box is not None:
             self.box.close()
             self.box = None
@@ -119,8 +171,9 @@ class Screener:
         except SandboxError as exc:
             for i in left:
                 found[i] = Screened(variants[i][0], "failed", detail=exc.message)
-            self.close()
+            self._close()
             return []
+        self.started_s, self.compile_s = _number(reply.get("ready_s")), _number(reply.get("compile_s"))
         compiled = {int(c.get("index", -1)): c for c in reply.get("compiled") or [] if isinstance(c, dict)}
         survivors = []
         for i in left:
@@ -137,7 +190,7 @@ class Screener:
                 found[i] = Screened(variants[i][0], "failed", detail=exc.message)
                 if exc.kind == "raised":
                     continue
-                self.close()
+                self._close()
                 return survivors[k + 1:]
             found[i] = _result(variants[i][0], {**compiled[i], **timed})
         return []
@@ -158,13 +211,17 @@ def screen(reference: Path, variants: list[tuple[dict[str, Any], str]], spec: Sa
         return screener.screen(variants)
 
 
+def _start_fields(reference: Path, staged_reference: str, device: str, options: Options) -> dict[str, Any]:
+    """What the sandbox needs to build the reference and start its compile-only processes."""
+    problem = load_problem(reference)
+    return {"reference": staged_reference, "constants": problem.sidecar.constants_for(device),
+            "tf32": problem.sidecar.tf32, "device": device, "arch": options.arch, "screen_ms": options.screen_ms,
+            "workers": options.workers or host_cores()}
+
+
 def _prepare(reference: Path, staged_reference: str, staged: dict[int, str], device: str,
              options: Options) -> dict[str, Any]:
-    problem = load_problem(reference)
-    return {"cmd": "prepare", "reference": staged_reference,
-            "constants": problem.sidecar.constants_for(device), "tf32": problem.sidecar.tf32,
-            "device": device, "arch": options.arch, "screen_ms": options.screen_ms,
-            "workers": options.workers or host_cores(),
+    return {**_start_fields(reference, staged_reference, device, options), "cmd": "prepare",
             "variants": [{"index": i, "path": path} for i, path in staged.items()]}
 
 

@@ -399,9 +399,12 @@ class Loop:
                            job_id=self.job_id)
             self.evaluate(cand)
         self.start()
+        from kernelabd.service import screening
+
         proposers = self._loaded = self.proposers()
         while True:
             if any(c.state == "done" for c in self.history):
+                screening.prestart(self)
                 self.measure_peers()
             reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
                                  self.next_cost(), best_peer_speedup(self.job.get("peers")))
@@ -413,9 +416,7 @@ class Loop:
                 return self.finish(reason)
             proposal, name = picked
             if isinstance(proposal, Batch):
-                from kernelabd.service.screening import screen_batch
-
-                screen_batch(self, proposal, name)   # records and evaluates its contenders
+                screening.screen_batch(self, proposal, name)   # records and evaluates its contenders
             else:
                 self.evaluate(self.record(proposal, name))
 

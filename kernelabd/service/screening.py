@@ -50,13 +50,30 @@ _SCREENERS: dict[int, Screener] = {}     # job id -> its screening sandbox, kept
 def search_context(loop: Loop, ctx: JobContext) -> JobContext:
     """``ctx`` with what a model-based tuner needs: the job's screened rows, the tuning cache's
     entries for the incumbent's kernel, and how large a batch this job may screen."""
-    search = loop.config.search
-    plan = loop.session.plan if loop.session is not None else None
-    screens = (ctx.sidecar.target == "triton" and (loop.device != "cpu" or search.on_cpu)
-               and (plan is None or plan.screening))
-    batch = search.batch if screens else 0
+    batch = loop.config.search.batch if screens(loop, ctx.sidecar.target) else 0
     return replace(ctx, screened=tuple(ScreenedRow.from_row(r) for r in loop.rec.screened(loop.job_id)),
                    cached=tuple(cached_for(loop, ctx.incumbent)), screen_batch=batch)
+
+
+def screens(loop: Loop, target: str) -> bool:
+    """Whether this job screens batches: a Triton target, a GPU (or a CPU job told to), and a
+    memory plan with room for the screening sandbox."""
+    plan = loop.session.plan if loop.session is not None else None
+    return (target == "triton" and (loop.device != "cpu" or loop.config.search.on_cpu)
+            and (plan is None or plan.screening) and loop.config.search.batch > 0)
+
+
+def prestart(loop: Loop) -> None:
+    """Start the job's screening sandbox and its compile-only processes in the background once
+    the first candidate is done, where the tuner will screen: the peers' timing and the other
+    proposers' compiles come first, and the first batch then finds the sandbox ready instead of
+    spending the job's charged time on starting it."""
+    if loop.job_id in _SCREENERS or "tune" not in loop.limits.proposers \
+            or not screens(loop, load_problem(loop.reference).sidecar.target):
+        return
+    plan = loop.session.plan if loop.session is not None else None
+    sizes = plan.bytes if plan is not None else {}
+    screener_for(loop).prewarm(int(sizes.get("inputs", 0)) + int(sizes.get("parameters", 0)))
 
 
 def cached_for(loop: Loop, incumbent: Candidate | None) -> list[dict[str, Any]]:
@@ -120,8 +137,8 @@ def screen_batch(loop: Loop, batch: Batch, proposer: str) -> None:
     loop.charge(seconds)
     picked = contenders(list(zip(ids, results, strict=True)), control, loop.config.search.contenders,
                         loop.config.timing.min_gain)
-    loop.rec.event("batch.screened", f"{summary(parent, results, control, picked)} ({seconds:.1f} s)",
-                   job_id=loop.job_id)
+    loop.rec.event("batch.screened", f"{summary(parent, results, control, picked)}"
+                   f"{screener_for(loop).costs()} ({seconds:.1f} s)", job_id=loop.job_id)
     loop.progress(f"screened {len(results)} configurations of #{parent.id}; {len(picked)} go on to the gate")
     for screened_id, result in picked:
         if _should_stop(loop):

@@ -147,6 +147,19 @@ def test_smoke_run_ports_two_problems_and_prints_the_table_then_the_goals(tmp_pa
     assert merged.returncode == 0, merged.stderr
     assert [ln for ln in merged.stdout.splitlines() if ln.startswith("| gelu")] == \
         [ln for ln in lines if ln.startswith("| gelu")]
+    with tarfile.open(out / "artifacts.tar.gz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    homes = tmp_path / "unpacked" / "homes"
+    speed = subprocess.run([sys.executable, str(ROOT / "bench" / "screen" / "run.py"), "--from-homes",
+                            str(homes / "gelu"), str(homes / "softmax"), "--out", str(tmp_path / "speed")],
+                           capture_output=True, text=True, timeout=60)
+    assert speed.returncode == 0, speed.stderr
+    figures = {r["problem"]: r["figures"] for r in map(json.loads, (tmp_path / "speed" / "screen.jsonl").open())}
+    assert sorted(figures) == ["gelu", "softmax"], "one row a problem, read from each home's own database"
+    for f in figures.values():
+        assert 0 < f["first_verified_s"] < f["active_s"] + 240 and f["ceilings_measured"] == 1
+        assert len(f["evaluation_wall_s"]) == f["gated"] >= 1 and all(w > 0 for w in f["evaluation_wall_s"])
+    assert "- verified_per_min:" in speed.stdout and speed.stdout.startswith("| problem | GPU-min |")
 
 
 def test_via_inbox_ports_through_the_daemon_as_a_user_would(tmp_path):

@@ -3,6 +3,7 @@ figures), those that spill dropped before timing, the rest checked and timed on 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,25 @@ def test_a_jobs_batches_share_one_sandbox_which_ends_with_it():
 ])
 def test_the_sandboxs_account_is_read_as_untrusted_input(entry, expected):
     assert _result({}, entry) == expected
+
+
+def test_a_prewarmed_screener_has_its_compile_processes_before_the_first_batch():
+    spilling, good = {"num_warps": 1, "SCALE": 1}, {"num_warps": 8, "SCALE": 1}
+    with Screener(REFERENCE, SandboxSpec(device="cpu"), Options(screen_ms=1.0, workers=2, arch="sm_90")) as screener:
+        screener.prewarm(reference_bytes=1 << 20)
+        screener._warming.join(timeout=120)
+        assert screener.warmed is not None and screener.warmed["workers"] == 2
+        box = screener.box
+        dropped, timed = screener.screen(variants(spilling, good))
+        assert screener.box is box, "the batch ran in the sandbox started ahead"
+        assert (dropped.status, timed.status) == ("spills", "timed")
+        assert "(sandbox started ahead)" in screener.costs() and "compiles" in screener.costs()
+
+
+def test_closing_a_screener_cuts_a_prewarm_short():
+    screener = Screener(REFERENCE, SandboxSpec(device="cpu"), Options(screen_ms=1.0, workers=2, arch="sm_90"))
+    screener.prewarm(reference_bytes=1 << 20)
+    started = time.monotonic()
+    screener.close()
+    assert not screener._warming.is_alive() and screener.box is None
+    assert time.monotonic() - started < 30, "killed, not waited for"

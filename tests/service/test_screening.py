@@ -119,8 +119,10 @@ def test_a_screened_winner_is_gated_and_timed_in_ab_every_configuration_is_recor
     assert blocks > 0 and winner["faster_than_noise"] and winner["accepted"], f"and won its A/B: {ab}"
     linked = [r for r in rows if r["candidate_id"] is not None]
     assert [(r["candidate_id"], r["params"]) for r in linked] == [(winner["id"], json.loads(winner["params"]))]
-    kinds = [r[0] for r in store.conn.execute("SELECT kind FROM events WHERE job_id = ?", (loop.job_id,))]
-    assert "batch.screened" in kinds
+    (first_batch,) = store.conn.execute("SELECT message FROM events WHERE job_id = ? AND kind = 'batch.screened'",
+                                        (loop.job_id,)).fetchone()
+    assert "(sandbox started ahead)" in first_batch and "waited for the sandbox" in first_batch, \
+        "started in the background once the first candidate was done"
 
     (cached,) = store.conn.execute("SELECT params, ms, job_id FROM tuning_cache").fetchall()
     assert json.loads(cached["params"]) == json.loads(winner["params"]) and cached["job_id"] == loop.job_id
