@@ -3,6 +3,7 @@ bench/port's problems, through ``kernelab port`` as a user runs it.
 
     python3 bench/screen/run.py --out DIR [--only NAME ...] [--minutes 1] [--proposer template --proposer tune]
     python3 bench/screen/run.py --device cpu --out DIR --only gelu --minutes 0.5   # logic check
+    python3 bench/screen/run.py --from-homes HOME... --out DIR      # the table of existing homes
 
 All problems run one after another in one fresh home (``DIR/home``), so the device's ceilings
 are measured by the first job only and the tuning cache fills as the run goes. For each
