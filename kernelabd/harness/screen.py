@@ -126,7 +126,7 @@ class Screener:
                                        deadline=time.monotonic() + COMPILE_TIMEOUT_S,
                                        what="starting the compile-only processes")
                 self.warmed = reply
-            except SandboxError:
+            except (SandboxError, OSError):     # a sandbox that did not start: the first batch retries
                 self._close()
 
     def close(self) -> None:
