@@ -9,6 +9,7 @@ next move from that history, carry on where they were.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -19,7 +20,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelabd.config import Config
-from kernelabd.harness.problem import ProblemError, load_problem, parse_sidecar, validate_candidate
+from kernelabd.harness.problem import (
+    Problem,
+    ProblemError,
+    load_problem,
+    parse_sidecar,
+    validate_candidate,
+)
 from kernelabd.harness.result import CheckResult
 from kernelabd.harness.sandbox import Sandbox, SandboxSpec
 from kernelabd.harness.session import Rejected, Session
@@ -195,6 +202,12 @@ class Loop:
         elif sidecar.exists():
             sidecar.unlink()
 
+    @functools.cached_property
+    def problem(self) -> Problem:
+        """The job's reference as parsed once: the source is fixed for the job, and every loop
+        iteration asks for its sidecar (a parse of a large reference is not free)."""
+        return load_problem(self.reference)
+
     def candidate_file(self, cand: Candidate) -> Path:
         path = self.workdir / f"cand-{cand.id}.py"
         if not path.exists() or path.read_text() != cand.source:
@@ -216,7 +229,7 @@ class Loop:
             job_id=self.job_id, problem=self.job["problem_name"],
             reference_source=self.job["source"], device=self.device,
             budget=Budget(self.limits.max_candidates - len(self.history), left_s),
-            sidecar=load_problem(self.reference).sidecar, start_source=self.job.get("start_source"),
+            sidecar=self.problem.sidecar, start_source=self.job.get("start_source"),
             capture=self.job.get("capture"), history=tuple(self.history),
             fingerprints=dict(self.fingerprints)))
 
@@ -423,7 +436,7 @@ class Loop:
     def open_session(self) -> None:
         """The job-long reference: its sandbox, its memory plan and its float64 oracle, made
         once for every candidate of this run; a reference that cannot be used ends the job."""
-        self.session = Session(load_problem(self.reference), self.device, self.config, self.progress,
+        self.session = Session(self.problem, self.device, self.config, self.progress,
                                prestart=self.prestart)
         try:
             self.session.open()
@@ -508,12 +521,12 @@ class Loop:
         ceilings = for_job(self.rec, self.job_id, self.device, self.config.timing.lock_clocks, self.progress)
         if ceilings is None:
             return None
-        return floor_ms(capture, ceilings, tf32=load_problem(self.reference).sidecar.tf32)
+        return floor_ms(capture, ceilings, tf32=self.problem.sidecar.tf32)
 
-    def check_reference(self) -> None:
+    def check_reference(self) -> Problem:
         """Static checks in trusted code, before any sandbox is started."""
         try:
-            load_problem(self.reference)
+            return self.problem
         except ProblemError as exc:
             raise ReferenceInvalid(str(exc).replace(str(self.reference), self.reference.name)) \
                 from exc

@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from kernelabd.harness.problem import Sidecar, load_problem
+from kernelabd.harness.problem import Sidecar
 from kernelabd.harness.sandbox import SandboxSpec
 from kernelabd.harness.screen import Options, Screened, Screener
 from kernelabd.propose.base import Batch, Candidate, JobContext, Proposal
@@ -69,7 +69,7 @@ def prestart(loop: Loop) -> None:
     proposers' compiles come first, and the first batch then finds the sandbox ready instead of
     spending the job's charged time on starting it."""
     if loop.job_id in _SCREENERS or "tune" not in loop.limits.proposers \
-            or not screens(loop, load_problem(loop.reference).sidecar.target):
+            or not screens(loop, loop.problem.sidecar.target):
         return
     plan = loop.session.plan if loop.session is not None else None
     sizes = plan.bytes if plan is not None else {}
@@ -97,7 +97,7 @@ def device_name(device: str) -> str:
 
 
 def sizes_of(loop: Loop) -> str:
-    return problem_sizes(loop.job["source"], load_problem(loop.reference).sidecar, loop.device)
+    return problem_sizes(loop.job["source"], loop.problem.sidecar, loop.device)
 
 
 def problem_sizes(reference_source: str, sidecar: Sidecar, device: str) -> str:

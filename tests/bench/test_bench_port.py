@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -160,6 +161,11 @@ def test_smoke_run_ports_two_problems_and_prints_the_table_then_the_goals(tmp_pa
         assert 0 < f["first_verified_s"] < f["active_s"] + 240 and f["ceilings_measured"] == 1
         assert len(f["evaluation_wall_s"]) == f["gated"] >= 1 and all(w > 0 for w in f["evaluation_wall_s"])
     assert "- verified_per_min:" in speed.stdout and speed.stdout.startswith("| problem | GPU-min |")
+    for name, f in figures.items():
+        row = next(line for line in speed.stdout.splitlines() if line.startswith(f"| {name} |"))
+        parts = re.search(r"\| (\d+\.\d) / (\d+\.\d) / (\d+\.\d) \|", row)
+        assert parts, f"the charged seconds split into evaluations / screening / rest: {row}"
+        assert abs(sum(map(float, parts.groups())) - f["active_s"]) < 0.2, "the parts add up to the charge"
 
 
 def test_via_inbox_ports_through_the_daemon_as_a_user_would(tmp_path):
