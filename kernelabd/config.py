@@ -77,7 +77,7 @@ class SearchConfig:
     screen_ms: float = 5.0            # device time each configuration is timed for
     compile_workers: int = 0          # compile-only processes (0: one a core)
     on_cpu: bool = False              # CPU jobs screen too (the interpreter's times say little)
-    cpu_arch: str = ""                # CPU jobs: compile for this arch (sm_90) to drop spills
+    cpu_arch: str = ""                # CPU jobs: compile for this arch (sm_90): spills, fingerprints
 
 
 AGENT_KINDS = ("openai", "command")
@@ -319,7 +319,8 @@ compile_workers = 0
 # CPU jobs screen too (Triton's interpreter, host timing: for tests and laptops; its times say
 # little of a GPU's, so by default a CPU job changes one tunable per candidate instead).
 on_cpu = false
-# CPU jobs only: also compile for this GPU arch ("sm_90") to drop spilling configurations.
+# CPU jobs only: also compile for this GPU arch ("sm_90") to drop spilling configurations and to
+# make each candidate's machine-code fingerprint (as on a GPU).
 cpu_arch = ""
 
 # Agents as proposers (README.md, "Agents"): name one in [jobs] proposers as "agents.NAME",

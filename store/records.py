@@ -305,6 +305,18 @@ class Store:
                     "(SELECT job_id FROM candidates WHERE id = ?)", (candidate_id, now,
                                                                      candidate_id))
 
+    def add_stage(self, candidate_id: int, stage: str, seconds: float) -> None:
+        """One more stage's wall seconds in a finished candidate's result: a stage that runs
+        beside the evaluation (the machine-code fingerprint) and ends after it was recorded."""
+        with self.conn:
+            row = self.conn.execute("SELECT result FROM candidates WHERE id = ?", (candidate_id,)).fetchone()
+            if row is None or row[0] is None:
+                return
+            result = json.loads(row[0])
+            result.setdefault("stages", {})[stage] = round(seconds, 3)
+            self.conn.execute("UPDATE candidates SET result = ? WHERE id = ?",
+                              (json.dumps(result, default=str), candidate_id))
+
     def candidates(self, job_id: int) -> list[dict[str, Any]]:
         """A job's candidates in creation order (the proposers' history)."""
         rows = self.conn.execute(

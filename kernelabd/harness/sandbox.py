@@ -113,7 +113,9 @@ def _exit_cause(code: int, namespaced: bool) -> str:
 @dataclass
 class SandboxSpec:
     """What a sandbox is for: its device, who and how isolated it runs, its host memory limit
-    in bytes (0 = none), its label (in messages and directory names) and its entry module."""
+    in bytes (0 = none), its label (in messages and directory names), its entry module, and
+    whether on a CPU it runs Triton in the interpreter: one that only compiles for a GPU arch
+    must not, since Triton imported under ``TRITON_INTERPRET`` cannot compile afterwards."""
 
     device: str = "cpu"
     user: str = ""
@@ -121,6 +123,7 @@ class SandboxSpec:
     isolation: str = "namespaces"
     label: str = "sandbox"
     module: str = "kernelabd.harness.child.server"
+    interpret: bool = True
 
     @classmethod
     def from_config(cls, config: SandboxConfig, device: str, label: str) -> SandboxSpec:
@@ -314,7 +317,8 @@ class Sandbox:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         if self.spec.device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
+            if self.spec.interpret:
+                env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
         elif ":" in self.spec.device:
             env["CUDA_VISIBLE_DEVICES"] = self._physical_index(self.spec.device.split(":")[1])

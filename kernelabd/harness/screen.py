@@ -108,18 +108,26 @@ class Screener:
         return f"; {', '.join(parts)}{ahead}" if parts else ""
 
     def prewarm(self, reference_bytes: int) -> None:
-        """Start the sandbox and its compile-only processes in a thread of this process, so that
-        the first batch finds them ready; host work only, nothing is launched on the device. A
-        failure is left for the first batch to meet (it starts a fresh sandbox)."""
-        if self._warming is None and self.box is None:
-            self._warming = threading.Thread(target=self._warm, args=(reference_bytes,), daemon=True,
-                                             name="kernelab-screen-warm")
-            self._warming.start()
+        """Start the sandbox here, and its compile-only processes from a thread of this process,
+        so that the first batch finds them ready; host work only, nothing is launched on the
+        device. The process is started by the caller, whose thread outlives it (a sandbox dies
+        with the thread that started it); only the slow part, its warm-up, is in the background.
+        A failure is left for the first batch to meet (it starts a fresh sandbox)."""
+        if self._warming is not None or self.box is not None:
+            return
+        try:
+            with self._lock:
+                box = self._sandbox()
+        except (SandboxError, OSError):
+            self._close()
+            return
+        self._warming = threading.Thread(target=self._warm, args=(box, reference_bytes), daemon=True,
+                                         name="kernelab-screen-warm")
+        self._warming.start()
 
-    def _warm(self, reference_bytes: int) -> None:
+    def _warm(self, box: Sandbox, reference_bytes: int) -> None:
         with self._lock:
             try:
-                box = self._sandbox()
                 reply, _ = box.request({**_start_fields(self.reference, self.staged_reference, self.spec.device,
                                                         self.options),
                                         "cmd": "warm", "reference_bytes": reference_bytes},

@@ -180,6 +180,15 @@ class Proposer(Protocol):
         ...
 
 
+def prepare(proposer: Proposer, ctx: JobContext) -> None:
+    """A proposer's optional ``prepare(ctx)``: work it can start in the background when the job
+    starts, before the reference's session is open (``ctx`` then has no capture and no history),
+    so that its first ``propose`` does not wait for it. A proposer without one needs none."""
+    start = getattr(proposer, "prepare", None)
+    if start is not None:
+        start(ctx)
+
+
 class ProposerUnavailable(RuntimeError):
     """The named proposer does not exist or cannot run here; the message says why."""
 

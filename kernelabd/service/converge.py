@@ -9,6 +9,7 @@ next move from that history, carry on where they were.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -40,6 +41,7 @@ from kernelabd.propose.base import (
     Proposer,
     ProposerUnavailable,
     load_proposer,
+    prepare,
 )
 from kernelabd.propose.tune import params_of
 
@@ -154,6 +156,13 @@ def best_peer_speedup(peers: dict[str, Any] | str | None) -> float:
     return max([1.0, *(v for k, v in peers.items() if k.endswith("_speedup") and isinstance(v, int | float))])
 
 
+FINGERPRINTS_IN_FLIGHT = 2
+"""Machine-code fingerprints made at once, each beside an evaluation in a sandbox of its own. One
+took 6.4-7.5 s on an H200 against 3.1-4.7 s for the gate and the A/B (bench/screen, 2026-12-04),
+so the loop goes on without it and records it when it ends; a third waits for the oldest, which
+bounds the processes (and host memory) they hold."""
+
+
 def decide(result: dict[str, Any], has_incumbent: bool) -> bool:
     """Accept a candidate that passed the gate and either is the job's first verified kernel
     or beat the incumbent by more than noise (the harness's ``faster_than_noise``)."""
@@ -188,6 +197,7 @@ class Loop:
         self.costs: list[float] = []      # seconds each evaluation of this run took
         self.declines: set[tuple[str, str]] = set()   # (proposer, reason) already recorded
         self._loaded: list[Proposer] = []
+        self._prints: list[tuple[int, threading.Thread, dict[str, Any]]] = []   # fingerprints being made
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -258,6 +268,7 @@ class Loop:
         path = self.candidate_file(cand)
         self.rec.start_candidate(cand.id)
         self.progress(f"candidate #{cand.id} ({cand.edit or cand.proposer}): checking")
+        self.collect_fingerprints(at_most=FINGERPRINTS_IN_FLIGHT - 1)
         fingerprinting = self.start_fingerprint(path)
         result = self.session.evaluate(path, baseline, compiled_in=compiled_in)
         data = result.to_json()
@@ -266,8 +277,9 @@ class Loop:
         accepted = decide(data, incumbent is not None)
         if accepted:
             self.session.promote()
-        self.finish_fingerprint(cand, fingerprinting, data)
         self.rec.finish_candidate(self.job_id, cand.id, data, accepted)
+        if fingerprinting is not None and data.get("rule") != "bad_candidate":
+            self._prints.append((cand.id, *fingerprinting))
         if incumbent is None and data.get("reference_ms") and not self.job.get("reference_ms"):
             fields = {"reference_ms": data["reference_ms"], "reference_noise": data.get("aa_noise")}
             self.rec.update_job(self.job_id, fields)
@@ -279,36 +291,43 @@ class Loop:
 
     def start_fingerprint(self, path: Path) -> tuple[threading.Thread, dict[str, Any]] | None:
         """On a GPU, the candidate's machine-code fingerprint, made in a sandbox of its own
-        (compiling on the host's cores) while the device gates and times it. On CPU there is
-        no machine code: candidates run in Triton's interpreter there, and ``kernelab
-        fingerprint --arch`` makes one without a GPU."""
-        if self.device == "cpu":
+        (compiling on the host's cores) while the device gates and times it; the loop records it
+        when it ends (``collect_fingerprints``). On CPU candidates run in Triton's interpreter and
+        have no machine code: a CPU job makes one for ``[search] cpu_arch`` where that is set (as
+        ``kernelab fingerprint --arch`` does without a GPU), and none otherwise."""
+        arch = (self.config.search.cpu_arch or None) if self.device == "cpu" else None
+        if self.device == "cpu" and arch is None:
             return None
         from kernelabd.fingerprint.sandboxed import fingerprint_in_sandbox
 
-        spec = SandboxSpec.from_config(self.config.sandbox, self.device, "fingerprint")
+        spec = dataclasses.replace(SandboxSpec.from_config(self.config.sandbox, self.device, "fingerprint"),
+                                   interpret=False)
         found: dict[str, Any] = {}
 
         def run() -> None:
             t0 = time.monotonic()
-            found.update(fingerprint_in_sandbox(self.reference, path, spec))
+            found.update(fingerprint_in_sandbox(self.reference, path, spec, arch=arch))
             found["_s"] = time.monotonic() - t0
 
         thread = threading.Thread(target=run, name="kernelab-fingerprint", daemon=True)
         thread.start()
         return thread, found
 
-    def finish_fingerprint(self, cand: Candidate, started: tuple[threading.Thread, dict[str, Any]] | None,
-                           data: dict[str, Any]) -> None:
-        """Add the fingerprint to the candidate's result (the recorder keeps it apart)."""
-        if started is None or data.get("rule") == "bad_candidate":
-            return
-        thread, found = started
+    def collect_fingerprints(self, at_most: int | None = None) -> None:
+        """Record the fingerprints made beside earlier evaluations that have ended; with
+        ``at_most``, first wait for the oldest until no more than that many are being made."""
+        while at_most is not None and len(self._prints) > at_most:
+            self.keep_fingerprint(*self._prints.pop(0))
+        for entry in [e for e in self._prints if not e[1].is_alive()]:
+            self._prints.remove(entry)
+            self.keep_fingerprint(*entry)
+
+    def keep_fingerprint(self, cand_id: int, thread: threading.Thread, found: dict[str, Any]) -> None:
         thread.join()
-        data.setdefault("stages", {})["fingerprint"] = round(found.pop("_s", 0.0), 3)
-        data["fingerprint"] = found
+        seconds = found.pop("_s", 0.0)
+        self.rec.add_fingerprint(cand_id, found, seconds)
         if "kernels" in found:
-            self.fingerprints[cand.id] = {"kernels": [
+            self.fingerprints[cand_id] = {"kernels": [
                 {k: v for k, v in kernel.items() if k not in ("ptx", "sass")} for kernel in found["kernels"]]}
 
     def next_cost(self) -> float:
@@ -352,6 +371,14 @@ class Loop:
                 self.rec.event("proposer.unavailable", str(exc), level="warning",
                                job_id=self.job_id)
         return loaded
+
+    def prepare_proposers(self, proposers: list[Proposer]) -> None:
+        """Let each proposer start what needs only the reference's source (the template's
+        recognition) while the session opens: the first proposal came 14-29 s after an H200
+        job's start, the session's opening and the recognition one after the other."""
+        ctx = self.context()
+        for proposer in proposers:
+            prepare(proposer, ctx)
 
     def next_proposal(self, proposers: list[Proposer]) -> tuple[Proposal | Batch, str] | None:
         ctx = self.context()
@@ -397,6 +424,7 @@ class Loop:
         finally:
             from kernelabd.service import screening
 
+            self.collect_fingerprints(at_most=0)
             if self.session is not None:
                 self.session.close()
             self.close_proposers()
@@ -405,19 +433,21 @@ class Loop:
     def _run(self) -> Outcome:
         self.materialise_reference()
         self.check_reference()
+        proposers = self._loaded = self.proposers()
+        self.prepare_proposers(proposers)
         self.open_session()
         self.capture()
+        from kernelabd.service import screening
+
+        screening.prestart(self)
         for cand in [c for c in self.history if c.state != "done"]:
             self.rec.event("candidate.redo", f"#{cand.id} was in flight; evaluating it again",
                            job_id=self.job_id)
             self.evaluate(cand)
         self.start()
-        from kernelabd.service import screening
-
-        proposers = self._loaded = self.proposers()
         while True:
+            self.collect_fingerprints()
             if any(c.state == "done" for c in self.history):
-                screening.prestart(self)
                 self.measure_peers()
             reason = stop_reason(self.limits, self.history, self.active_s, self.job.get("sol_ms"),
                                  self.next_cost(), best_peer_speedup(self.job.get("peers")))

@@ -50,6 +50,11 @@ class LocalRecorder:
 
             write_results(self.store, self.home, job_id)
 
+    def add_fingerprint(self, candidate_id: int, found: dict[str, Any], seconds: float) -> None:
+        """A fingerprint that ended after its candidate's verdict was recorded, and its stage."""
+        fingerprints.save(self.store.conn, candidate_id, found)
+        self.store.add_stage(candidate_id, "fingerprint", seconds)
+
     def update_job(self, job_id: int, fields: dict[str, Any]) -> None:
         allowed = {"reference_ms", "reference_noise", "sol_ms", "capture", "plan", "peers"}
         bad = set(fields) - allowed

@@ -64,10 +64,11 @@ def screens(loop: Loop, target: str) -> bool:
 
 
 def prestart(loop: Loop) -> None:
-    """Start the job's screening sandbox and its compile-only processes in the background once
-    the first candidate is done, where the tuner will screen: the peers' timing and the other
-    proposers' compiles come first, and the first batch then finds the sandbox ready instead of
-    spending the job's charged time on starting it."""
+    """Start the job's screening sandbox and its compile-only processes in the background as
+    soon as the reference's session is open, where the tuner will screen. Started once the first
+    candidate was done, the first batch still waited 10.3-15.9 s for it on an H200 (bench/screen,
+    2026-12-04, no peers to hide it behind), charged to the job; the proposers' first candidate
+    takes longer than that, and the compile processes run at a lower priority than the rest."""
     if loop.job_id in _SCREENERS or "tune" not in loop.limits.proposers \
             or not screens(loop, loop.problem.sidecar.target):
         return

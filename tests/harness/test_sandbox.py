@@ -450,3 +450,51 @@ def test_staging_again_replaces_the_copy_and_never_follows_what_the_sandbox_left
         assert ours.read_text() == "ours"
     finally:
         box.close()
+
+
+OWNER_KILLED = """
+import json, os, signal, threading, time
+from kernelabd.harness import shared
+from kernelabd.harness.containment import descendants
+from kernelabd.harness.sandbox import Sandbox, SandboxSpec
+
+box = Sandbox(SandboxSpec(device="cpu", label="orphan"))
+box.start()
+source = box.workdir.parent / "spin.py"
+source.write_text("while True:\\n    pass\\n")
+staged = box.stage_file(source, "spin.py")
+state = shared.Arena.allocate("cpu", shared.ALIGN)
+
+def load():
+    box.request({"cmd": "load_candidate", "path": staged, "device": "cpu", "shapes": [], "timing_sets": [],
+                 "arenas": [state.nbytes]}, fds=[state.fd], deadline=time.monotonic() + 600, what="spinning")
+
+threading.Thread(target=load, daemon=True).start()
+time.sleep(3)                                   # the entry module is in the candidate's loop now
+print(json.dumps([box._proc.pid, *descendants(box._proc.pid)]), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@needs_namespaces
+def test_a_sandbox_dies_with_an_owner_killed_before_it_could_close_it() -> None:
+    """An owner killed outright (SIGKILL: a crashed or killed daemon) closes nothing, and a
+    candidate spinning in its sandbox never reads the socket's end. The sandbox must still go: a
+    sandbox left running so once burned a core for 45 minutes after its test had ended."""
+    owner = subprocess.run([sys.executable, "-c", OWNER_KILLED], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert owner.returncode == -signal.SIGKILL, owner.stderr
+    pids = json.loads(owner.stdout.strip().splitlines()[-1])
+    assert len(pids) >= 3, f"the launcher, the fence and the entry module were running: {pids}"
+    deadline = time.monotonic() + 20
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)], "every process of the sandbox died with its owner"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -373,3 +374,22 @@ def test_row_kernels_hold_for_every_launch_shape(tmp_path, name):
                 for per_sm, stages, evict, per_thread in [(0, 1, 0, 16), (0, 1, 1, 4), (1, 2, 1, 8),
                                                           (2, 3, 0, 32)]]
     sweep_settings(tmp_path, source, list(space["get_init_inputs"]()), shapes, settings)
+
+
+def test_prepare_starts_recognition_in_the_background_and_the_proposal_uses_its_answer(tmp_path):
+    """The loop calls ``prepare`` when the job starts, before the reference's session opens: the
+    recognition subprocess runs then (the reference below notes each import of itself), and the
+    first proposal takes its answer instead of recognising again."""
+    imports = tmp_path / "imports.txt"
+    source = (EXAMPLES / "softmax.py").read_text() + \
+        f"\nwith open({str(imports)!r}, 'a') as _f:\n    _f.write('imported\\n')\n"
+    proposer = TemplateProposer()
+    proposer.prepare(context(source))
+    deadline = time.monotonic() + 120
+    while not imports.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert imports.exists(), "recognition started before any proposal was asked for"
+    proposal = proposer.propose(context(source))
+    assert isinstance(proposal, Proposal) and proposal.edit.startswith("template:")
+    proposer.close()
+    assert imports.read_text().count("imported") == 1, "recognised once, in the background"

@@ -250,3 +250,26 @@ def test_the_first_port_is_evaluated_before_the_peers_are_timed_and_the_job_stil
     assert outcome.state == "done", outcome.error
     assert evaluated_when_timed == [["pass"]], "peers timed once, after the first port passed its gate"
     assert json.loads(store.job(loop.job_id)["peers"])["note"] == "torch.compile is timed on GPU jobs only"
+
+
+def test_a_cpu_job_with_an_arch_records_every_candidates_fingerprint_after_its_verdict(home, kit):
+    """The machine-code fingerprint is made beside the evaluation and recorded when it ends (the
+    loop does not wait for it); the last one is waited for when the job ends, nothing lost."""
+    source = (kit.examples / "softmax.py").read_text()
+    honest = (kit.examples / "softmax.new.py").read_text()
+    loop, store = loop_for(home, NewProblem("softmax", "x", source, start_source=honest),
+                           {"proposers": ["tune"], "max_candidates": 2})
+    loop.config.search.cpu_arch = "sm_90"
+    loop.config.timing.budget_s = 2.0
+    outcome = loop.run()
+    assert outcome.state == "done", outcome.error
+    rows = store.candidates(loop.job_id)
+    assert len(rows) == 2
+    prints = {cid: (arch, json.loads(kernels)) for cid, arch, kernels in store.conn.execute(
+        "SELECT candidate_id, arch, kernels FROM fingerprints WHERE error IS NULL")}
+    assert sorted(prints) == [r["id"] for r in rows], "one fingerprint a candidate, the last one too"
+    for r in rows:
+        arch, kernels = prints[r["id"]]
+        assert arch == "sm_90" and kernels["kernels"][0]["registers"] > 0
+        assert json.loads(r["result"])["stages"]["fingerprint"] > 0, "its seconds join the result's stages"
+        assert r["verdict"] == "pass" and r["speedup"] is not None, "the verdict it was recorded after"

@@ -122,7 +122,7 @@ def test_a_screened_winner_is_gated_and_timed_in_ab_every_configuration_is_recor
     (first_batch,) = store.conn.execute("SELECT message FROM events WHERE job_id = ? AND kind = 'batch.screened'",
                                         (loop.job_id,)).fetchone()
     assert "(sandbox started ahead)" in first_batch and "waited for the sandbox" in first_batch, \
-        "started in the background once the first candidate was done"
+        "started in the background when the reference's session opened"
 
     (cached,) = store.conn.execute("SELECT params, ms, job_id FROM tuning_cache").fetchall()
     assert json.loads(cached["params"]) == json.loads(winner["params"]) and cached["job_id"] == loop.job_id

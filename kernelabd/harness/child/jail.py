@@ -31,6 +31,7 @@ MNT_DETACH = 2
 # statvfs flags that a read-only remount of a bind must keep (same bit values as MS_*): the kernel
 # refuses to clear them on a mount inherited from another user namespace.
 KEPT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096   # + NOATIME, NODIRATIME, RELATIME
+PR_SET_PDEATHSIG, SIGKILL = 1, 9
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 PR_SET_NO_NEW_PRIVS = 38
@@ -141,6 +142,13 @@ def drop_privileges(user: list | None) -> None:
     _check(_libc.prctl(PR_SET_SECUREBITS, SECBIT_NOROOT_AND_LOCKED, 0, 0, 0), "securebits")
 
 
+def die_with_parent() -> None:
+    """Killed when the launcher is, as it was before the privileges were dropped: changing
+    credentials clears the parent-death signal, and without it a killed owner's sandbox, its
+    candidate spinning and never reading the socket's end, ran on as an orphan."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "parent-death signal")
+
+
 def load_filter(program: bytes) -> None:
     """Load the compiled system-call filter for this process and all it starts; with no new
     privileges (which the filter needs, and nothing may lift), no capability is needed."""
@@ -170,6 +178,7 @@ def main() -> None:
     try:
         build_root(plan)
         drop_privileges(plan["user"])
+        die_with_parent()
         if plan["seccomp"]:
             load_filter(bytes.fromhex(plan["seccomp"]))
         os.chdir(plan["workdir"])

@@ -13,6 +13,7 @@ import ast
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -147,24 +148,55 @@ def recognise(source: str, sidecar: Sidecar, device: str, timeout: float = RECOG
 class TemplateProposer:
     """One fused template candidate per job, from scratch (no parent); a second, with IEEE
     dots, only when the first had 3xTF32 dots and did not pass. Recognition runs once a job, in
-    a subprocess; its answer (or its decline) is kept for the job's later calls."""
+    a subprocess, started by ``prepare`` when the job starts; its answer (or its decline) is
+    kept for the job's later calls."""
 
     name = "template"
 
     def __init__(self) -> None:
         self._answers: dict[str, dict[str, Any]] = {}
+        self._pending: dict[str, threading.Thread] = {}
+
+    @staticmethod
+    def _key(ctx: JobContext) -> str:
+        side = ctx.sidecar
+        return hashlib.sha256("\0".join([ctx.reference_source, ctx.device, side.target, str(side.tf32),
+                                         json.dumps(side.constants_for(ctx.device), sort_keys=True)])
+                              .encode()).hexdigest()
+
+    def prepare(self, ctx: JobContext) -> None:
+        """Start recognition in the background: it needs only the reference's source (traced on
+        the meta device), so it runs while the loop opens the reference's session instead of
+        after it, and the first proposal finds its answer."""
+        key = self._key(ctx)
+        if key in self._answers or key in self._pending:
+            return
+        thread = threading.Thread(target=self._recognise, args=(key, ctx), name="kernelab-recognise", daemon=True)
+        self._pending[key] = thread
+        thread.start()
+
+    def close(self) -> list[dict[str, Any]]:
+        """Wait for a recognition still running (bounded by its deadline): nothing this
+        proposer started outlives the job. It holds no exchanges."""
+        for thread in self._pending.values():
+            thread.join()
+        self._pending.clear()
+        return []
+
+    def _recognise(self, key: str, ctx: JobContext) -> None:
+        timeout = max(10.0, min(RECOGNISE_TIMEOUT_S, ctx.budget.seconds_left))
+        self._answers[key] = recognise(ctx.reference_source, ctx.sidecar, ctx.device, timeout)
+        if "declined" in self._answers[key]:
+            log.info("proposer.declined", extra={"proposer": self.name, "job": ctx.job_id,
+                                                  "reason": self._answers[key]["declined"]})
 
     def _answer(self, ctx: JobContext) -> dict[str, Any]:
-        side = ctx.sidecar
-        key = hashlib.sha256("\0".join([ctx.reference_source, ctx.device, side.target, str(side.tf32),
-                                        json.dumps(side.constants_for(ctx.device), sort_keys=True)])
-                             .encode()).hexdigest()
+        key = self._key(ctx)
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            pending.join()
         if key not in self._answers:
-            timeout = max(10.0, min(RECOGNISE_TIMEOUT_S, ctx.budget.seconds_left))
-            self._answers[key] = recognise(ctx.reference_source, side, ctx.device, timeout)
-            if "declined" in self._answers[key]:
-                log.info("proposer.declined", extra={"proposer": self.name, "job": ctx.job_id,
-                                                      "reason": self._answers[key]["declined"]})
+            self._recognise(key, ctx)
         return self._answers[key]
 
     def propose(self, ctx: JobContext) -> Proposal | Decline:
