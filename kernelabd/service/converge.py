@@ -58,6 +58,7 @@ class Recorder(Protocol):
     def start_candidate(self, candidate_id: int) -> None: ...
     def finish_candidate(self, job_id: int, candidate_id: int, result: dict[str, Any],
                          accepted: bool) -> None: ...
+    def add_fingerprint(self, candidate_id: int, found: dict[str, Any], seconds: float) -> None: ...
     def update_job(self, job_id: int, fields: dict[str, Any]) -> None: ...
     def add_active_time(self, job_id: int, seconds: float) -> None: ...
     def event(self, kind: str, message: str, level: str = "info",
@@ -158,7 +159,7 @@ def best_peer_speedup(peers: dict[str, Any] | str | None) -> float:
 
 FINGERPRINTS_IN_FLIGHT = 2
 """Machine-code fingerprints made at once, each beside an evaluation in a sandbox of its own. One
-took 6.4-7.5 s on an H200 against 3.1-4.7 s for the gate and the A/B (bench/screen, 2026-12-04),
+took 6.4-11.3 s on an H200 against 2.4-8.7 s for the gate and the A/B (bench/screen, 2026-12-04),
 so the loop goes on without it and records it when it ends; a third waits for the oldest, which
 bounds the processes (and host memory) they hold."""
 

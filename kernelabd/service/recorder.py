@@ -116,7 +116,7 @@ class LocalRecorder:
 
 
 # The calls a worker may make on the daemon's recorder (nothing else crosses the pipe).
-RPC_METHODS = frozenset({"load", "add_candidate", "start_candidate", "finish_candidate",
+RPC_METHODS = frozenset({"load", "add_candidate", "start_candidate", "finish_candidate", "add_fingerprint",
                          "update_job", "add_active_time", "event", "end_job",
                          "add_exchange", "ceilings", "keep_ceilings", "screened", "add_screened",
                          "link_screened", "cached_configs", "cache_best"})

@@ -56,6 +56,9 @@ class RpcRecorder:
                          accepted: bool) -> None:
         self._call("finish_candidate", job_id, candidate_id, result, accepted)
 
+    def add_fingerprint(self, candidate_id: int, found: dict[str, Any], seconds: float) -> None:
+        self._call("add_fingerprint", candidate_id, found, seconds)
+
     def update_job(self, job_id: int, fields: dict[str, Any]) -> None:
         self._call("update_job", job_id, fields)
 
