@@ -41,17 +41,15 @@ class LocalRecorder:
 
     def finish_candidate(self, job_id: int, candidate_id: int, result: dict[str, Any],
                          accepted: bool) -> None:
-        found = result.pop("fingerprint", None)   # kept apart, its code compressed
         self.store.finish_candidate(candidate_id, result, accepted)
-        if found:
-            fingerprints.save(self.store.conn, candidate_id, found)
         if accepted:
             from kernelabd.service.reports import write_results
 
             write_results(self.store, self.home, job_id)
 
     def add_fingerprint(self, candidate_id: int, found: dict[str, Any], seconds: float) -> None:
-        """A fingerprint that ended after its candidate's verdict was recorded, and its stage."""
+        """A candidate's fingerprint, made beside its evaluation and ended after its verdict was
+        recorded: kept apart from the result, its code compressed, and its seconds a stage."""
         fingerprints.save(self.store.conn, candidate_id, found)
         self.store.add_stage(candidate_id, "fingerprint", seconds)
 

@@ -1,5 +1,5 @@
-"""Fingerprints kept with candidates: the recorder stores what the loop adds to a result
-(code compressed), readers get it back, and proposers see the difference to the incumbent."""
+"""Fingerprints kept with candidates: the recorder stores what the loop hands it after a
+result (code compressed), readers get it back, and proposers see the difference to the incumbent."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ def test_recorded_with_the_result_and_read_back(tmp_path: Path) -> None:
     _, job = store.add_problem(NewProblem("gemm", "gemm.py", "source"))
     rec = LocalRecorder(store, Home(tmp_path / "home"))
     fma, tc = (store.add_candidate(job, proposer="template", source=s) for s in ("a", "b"))
-    rec.finish_candidate(job, fma, {"verdict": "pass", "fingerprint": {
-        "arch": "sm_90", "kernels": [kernel(255, 0, 4096)]}}, True)
-    rec.finish_candidate(job, tc, {"verdict": "pass", "fingerprint": {
-        "arch": "sm_90", "kernels": [kernel(110, 4, 0)]}}, False)
-    rec.finish_candidate(job, store.add_candidate(job, proposer="template", source="c"),
-                         {"verdict": "fail", "fingerprint": {"error": "does not compile"}}, False)
+    failed = store.add_candidate(job, proposer="template", source="c")
+    for cid, verdict, accepted in ((fma, "pass", True), (tc, "pass", False), (failed, "fail", False)):
+        rec.finish_candidate(job, cid, {"verdict": verdict, "stages": {"gate": 1.0}}, accepted)
+    rec.add_fingerprint(fma, {"arch": "sm_90", "kernels": [kernel(255, 0, 4096)]}, 6.5)
+    rec.add_fingerprint(tc, {"arch": "sm_90", "kernels": [kernel(110, 4, 0)]}, 7.25)
+    rec.add_fingerprint(failed, {"error": "does not compile"}, 0.5)
 
     (back,) = fingerprints.load(conn, tc, with_code=True)
     assert (back.registers, back.instructions, back.sass) == (110, {"HGMMA": 4, "FFMA": 0}, SASS)
@@ -43,6 +43,7 @@ def test_recorded_with_the_result_and_read_back(tmp_path: Path) -> None:
     assert stored < len(SASS) / 20                                # compressed
     result = json.loads(conn.execute("SELECT result FROM candidates WHERE id = ?", (tc,)).fetchone()[0])
     assert "fingerprint" not in result                            # kept apart, not twice
+    assert result["stages"] == {"gate": 1.0, "fingerprint": 7.25}  # its seconds, a stage of the result
 
     state = rec.load(job)
     assert set(state["fingerprints"]) == {fma, tc}               # the failed one has none
