@@ -1,7 +1,9 @@
-"""The conv2d template: an implicit-GEMM convolution with its epilogue passes the real gate on
-CPU (Triton interpreter) for the bench problem and for an odd-sized strided, padded case, and a
-convolution it does not implement (grouped, reflect-padded) matches nothing rather than being
-ported wrong. Sizes are tiny: the interpreter runs every program in Python."""
+"""The conv template: an implicit-GEMM convolution with its epilogue passes the real gate on
+CPU (Triton interpreter) for the bench problem, for an odd-sized strided, padded case, and for
+1-D, 3-D, grouped and transposed convolutions (strided, dilated, output-padded, in module and
+functional form), and a convolution it does not implement (depthwise-like, reflect-padded, a
+transposed one given an ``output_size``) matches nothing rather than being ported wrong. Sizes
+are tiny: the interpreter runs every program in Python."""
 
 from __future__ import annotations
 
@@ -65,12 +67,67 @@ def test_functional_dilated_conv_with_a_residual_passes_the_gate(tmp_path):
     assert_passes(gate(tmp_path, "conv_functional", source, None, found.source))
 
 
-@pytest.mark.parametrize("conv", [
-    "nn.Conv2d(4, 6, 3, groups=2)",
-    "nn.Conv2d(4, 6, 3, padding=1, padding_mode='reflect')",
+# (module, input, forward, what the edit names): each of the kernel's shapes of index math
+OTHER_CONVS = {
+    "conv1d_strided_dilated": ("nn.Conv1d(3, 5, 3, stride=2, padding=1, dilation=2)", "torch.randn(2, 3, 17)",
+                               "return torch.relu(self.conv(x))", "conv1d (conv1d + bias + relu)"),
+    "conv3d_asymmetric": ("nn.Conv3d(3, 5, (3, 2, 3), padding=(1, 0, 1))", "torch.randn(2, 3, 5, 6, 7)",
+                          "return self.conv(x) * 2.0", "conv3d (conv3d + bias + mul)"),
+    "conv2d_grouped": ("nn.Conv2d(4, 6, 3, groups=2)", "torch.randn(2, 4, 9, 9)", "return self.conv(x)",
+                       "conv2d (conv2d + bias)"),
+    "transpose1d_output_padded": ("nn.ConvTranspose1d(3, 5, 3, stride=2, padding=1, output_padding=1, dilation=2)",
+                                  "torch.randn(2, 3, 9)", "return self.conv(x)",
+                                  "conv_transpose1d (conv_transpose1d + bias)"),
+    "transpose2d_grouped_strided": ("nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), groups=2)",
+                                    "torch.randn(2, 4, 5, 6)", "return torch.tanh(self.conv(x))",
+                                    "conv_transpose2d (conv_transpose2d + bias + tanh)"),
+    "transpose3d_grouped_no_bias": ("nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, "
+                                    "bias=False)", "torch.randn(2, 4, 3, 4, 5)", "return self.conv(x)",
+                                    "conv_transpose3d (conv_transpose3d)"),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_CONVS))
+def test_every_rank_grouping_and_transposition_passes_the_gate(tmp_path, name):
+    conv, inputs, forward, what = OTHER_CONVS[name]
+    source = conv_reference(conv, forward=forward, inputs=inputs)
+    found = instantiate(source)
+    assert found is not None and found.edit.startswith(f"template: {what} as implicit GEMM"), found and found.edit
+    assert_passes(gate(tmp_path, name, source, None, found.source))
+
+
+def test_a_transposed_grouped_conv_with_operands_as_given_passes_the_gate(tmp_path):
+    """The (ci, k...) K order over the operands as stored, where the transposed weight's input
+    channels are its first dim rather than its second."""
+    conv, inputs, forward, _ = OTHER_CONVS["transpose2d_grouped_strided"]
+    source = conv_reference(conv, forward=forward, inputs=inputs)
+    found = instantiate(source)
+    (flag,) = [t for t in parse_tunables(found.source) if t.name == "CHANNELS_LAST"]
+    assert_passes(gate(tmp_path, "transpose_as_given", source, None, apply_edit(found.source, flag, 0)))
+
+
+def test_functional_transposed_conv_with_literal_geometry_and_a_per_channel_bias_passes_the_gate(tmp_path):
+    """``F.conv_transpose2d``'s own argument order (output_padding before groups, dilation
+    last), then a per-channel term read per column."""
+    source = reference(
+        "def forward(self, x):\n"
+        "    return F.conv_transpose2d(x, self.w, None, 2, 1, 1, 1, (1, 2)) + self.shift\n",
+        init="self.w = nn.Parameter(torch.randn(3, 4, 3, 3))\nself.shift = nn.Parameter(torch.randn(4, 1, 1))\n",
+        inputs="torch.randn(2, 3, 5, 7)")
+    found = instantiate(source)
+    assert found is not None and found.edit.startswith("template: conv_transpose2d (conv_transpose2d + add)")
+    assert "self.shift.stride(-3)" in found.source, "read per channel"
+    assert_passes(gate(tmp_path, "transpose_functional", source, None, found.source))
+
+
+@pytest.mark.parametrize(("conv", "inputs", "forward"), [
+    ("nn.Conv2d(4, 4, 3, groups=4)", "torch.randn(2, 4, 9, 9)", "return self.conv(x)"),
+    ("nn.Conv2d(4, 6, 3, padding=1, padding_mode='reflect')", "torch.randn(2, 4, 9, 9)", "return self.conv(x)"),
+    ("nn.ConvTranspose2d(4, 4, 3, groups=4)", "torch.randn(2, 4, 9, 9)", "return self.conv(x)"),
+    ("nn.ConvTranspose2d(4, 6, 3, stride=2)", "torch.randn(2, 4, 9, 9)", "return self.conv(x, output_size=(20, 20))"),
 ])
-def test_a_conv_the_template_does_not_implement_matches_nothing(conv):
-    assert instantiate(conv_reference(conv, inputs="torch.randn(2, 4, 9, 9)")) is None
+def test_a_conv_the_template_does_not_implement_matches_nothing(conv, inputs, forward):
+    assert instantiate(conv_reference(conv, forward=forward, inputs=inputs)) is None
 
 
 def test_a_conv_followed_by_an_unknown_op_matches_nothing():

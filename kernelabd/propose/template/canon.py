@@ -44,7 +44,11 @@ FUNCTIONS: dict[Any, str] = {
     operator.getitem: "getitem", torch.clone: "identity", torch.detach: "identity",
     torch.bmm: "matmul", torch.transpose: "transpose", torch.swapaxes: "transpose",
     torch.swapdims: "transpose", torch.permute: "permute", builtins.getattr: "getattr",
-    F.scaled_dot_product_attention: "sdpa", F.conv2d: "conv2d", torch.conv2d: "conv2d",
+    F.scaled_dot_product_attention: "sdpa", F.conv1d: "conv1d", torch.conv1d: "conv1d",
+    F.conv2d: "conv2d", torch.conv2d: "conv2d", F.conv3d: "conv3d", torch.conv3d: "conv3d",
+    F.conv_transpose1d: "conv_transpose1d", torch.conv_transpose1d: "conv_transpose1d",
+    F.conv_transpose2d: "conv_transpose2d", torch.conv_transpose2d: "conv_transpose2d",
+    F.conv_transpose3d: "conv_transpose3d", torch.conv_transpose3d: "conv_transpose3d",
     torch.abs: "abs", torch.log: "log", torch.erf: "erf", torch.reciprocal: "reciprocal",
     F.leaky_relu: "leaky_relu", F.elu: "elu", F.selu: "selu", torch.selu: "selu",
     F.hardtanh: "hardtanh", F.relu6: "relu6", F.hardsigmoid: "hardsigmoid",
@@ -76,7 +80,9 @@ METHODS: dict[str, str] = {
 MODULES: dict[type, str] = {
     nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.GELU: "gelu",
     nn.Softmax: "softmax", nn.LogSoftmax: "log_softmax", nn.LayerNorm: "layer_norm",
-    nn.RMSNorm: "rms_norm", nn.Linear: "linear", nn.Identity: "identity", nn.Conv2d: "conv2d",
+    nn.RMSNorm: "rms_norm", nn.Linear: "linear", nn.Identity: "identity", nn.Conv1d: "conv1d",
+    nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.ConvTranspose1d: "conv_transpose1d",
+    nn.ConvTranspose2d: "conv_transpose2d", nn.ConvTranspose3d: "conv_transpose3d",
     nn.LeakyReLU: "leaky_relu", nn.ELU: "elu", nn.SELU: "selu", nn.Hardtanh: "hardtanh",
     nn.ReLU6: "relu6", nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish",
     nn.Softplus: "softplus", nn.Softsign: "softsign", nn.Mish: "mish", nn.Dropout: "dropout",
@@ -129,6 +135,9 @@ EXPRESSION_FUNCTIONS = {math.sqrt: "math.sqrt", math.log: "math.log", math.log2:
 is written: every candidate file imports ``math``."""
 SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+CONV_TRANSPOSE_ARGS = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
+CONVS = {f"conv{t}{n}d": (n, bool(t)) for n in (1, 2, 3) for t in ("", "_transpose")}
+"""Each convolution kind: its spatial axes, and whether it is transposed."""
 # positional settings of the elementwise ops that take them, with PyTorch's defaults
 SETTINGS: dict[str, tuple[tuple[str, float], ...]] = {
     "leaky_relu": (("negative_slope", 0.01),), "elu": (("alpha", 1.0),),
@@ -401,14 +410,20 @@ def _module_op(node: fx.Node, module: nn.Module, kind: str) -> Op | None:
     if kind == "linear":
         return Op(node, kind, (x,), {"weight": f"{path}.weight",
                                      "bias": f"{path}.bias" if module.bias is not None else None})
-    if kind == "conv2d":
+    if kind in CONVS:
         # the geometry is read from the module at run time (``self.conv.stride``), so it follows
-        # the instance; groups and padding mode are checked here, at trace time, by the matcher
+        # the instance; groups and padding mode are checked here, at trace time, by the matcher.
+        # A transposed module called with an ``output_size`` is not this op.
+        dims, transposed = CONVS[kind]
+        if len(node.args) != 1 or node.kwargs:
+            return None
         return Op(node, kind, (x,), {"weight": f"{path}.weight",
                                      "bias": f"{path}.bias" if module.bias is not None else None,
                                      "stride": f"{path}.stride", "padding": f"{path}.padding",
                                      "dilation": f"{path}.dilation", "groups": module.groups,
-                                     "padding_mode": module.padding_mode})
+                                     "groups_expr": f"{path}.groups", "padding_mode": module.padding_mode,
+                                     "dims": dims, "transposed": transposed,
+                                     "output_padding": f"{path}.output_padding" if transposed else None})
     if kind == "dropout":
         return Op(node, "identity", (x,)) if not module.training else None
     if kind == "view" and isinstance(module, nn.Flatten):
@@ -482,8 +497,8 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
                                      "weight": arg_of(node, 2, "weight"),
                                      "eps": arg_of(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
-    if kind == "conv2d":
-        return _conv_op(node)
+    if kind in CONVS:
+        return _conv_op(node, kind)
     if kind == "dropout":
         return _dropout_op(node, x)
     if kind in ("cast", "view"):
@@ -517,35 +532,45 @@ def _dropout_op(node: fx.Node, x: Any) -> Op | None:
     return Op(node, "identity", (x,)) if training is False or p == 0 else None
 
 
-def _geometry_literal(value: Any, strings: tuple[str, ...] = ()) -> str | None:
-    """A conv stride/padding/dilation given in the graph as an int, a pair of ints or (padding
-    only) "same"/"valid", as a Python literal; None for anything computed in the forward."""
+def _geometry_literal(value: Any, dims: int, strings: tuple[str, ...] = ()) -> str | None:
+    """A conv stride/padding/dilation given in the graph as an int, a tuple of ``dims`` ints or
+    (padding only) "same"/"valid", as a Python literal; None for anything computed in the
+    forward."""
     if isinstance(value, str):
         return repr(value) if value in strings else None
     if isinstance(value, list | tuple) and len(value) == 1:
         value = value[0]
     if as_dim(value) is not None:
         return repr(value)
-    if isinstance(value, list | tuple) and len(value) == 2 and all(as_dim(v) is not None for v in value):
+    if isinstance(value, list | tuple) and len(value) == dims and all(as_dim(v) is not None for v in value):
         return repr(tuple(value))
     return None
 
 
-def _conv_op(node: fx.Node) -> Op | None:
-    """``F.conv2d(input, weight, bias, stride, padding, dilation, groups)``: the geometry must be
-    literal in the graph (fx inlines numbers the forward reads from attributes)."""
-    if set(node.kwargs) - set(CONV_ARGS) or len(node.args) > len(CONV_ARGS):
+def _conv_op(node: fx.Node, kind: str) -> Op | None:
+    """``F.conv*d(input, weight, bias, stride, padding, dilation, groups)`` or
+    ``F.conv_transpose*d(input, weight, bias, stride, padding, output_padding, groups,
+    dilation)``: the geometry must be literal in the graph (fx inlines numbers the forward reads
+    from attributes)."""
+    dims, transposed = CONVS[kind]
+    names = CONV_TRANSPOSE_ARGS if transposed else CONV_ARGS
+    if set(node.kwargs) - set(names) or len(node.args) > len(names):
         return None
-    given = {name: arg_of(node, i, name) for i, name in enumerate(CONV_ARGS)}
-    stride = _geometry_literal(1 if given["stride"] is None else given["stride"])
-    padding = _geometry_literal(0 if given["padding"] is None else given["padding"], ("same", "valid"))
-    dilation = _geometry_literal(1 if given["dilation"] is None else given["dilation"])
+    given = {name: arg_of(node, i, name) for i, name in enumerate(names)}
+    stride = _geometry_literal(1 if given["stride"] is None else given["stride"], dims)
+    padding = _geometry_literal(0 if given["padding"] is None else given["padding"], dims,
+                                () if transposed else ("same", "valid"))
+    dilation = _geometry_literal(1 if given["dilation"] is None else given["dilation"], dims)
+    output_padding = (_geometry_literal(0 if given.get("output_padding") is None else given["output_padding"], dims)
+                      if transposed else None)
     groups = 1 if given["groups"] is None else given["groups"]
-    if stride is None or padding is None or dilation is None or as_dim(groups) is None:
+    if (stride is None or padding is None or dilation is None or as_dim(groups) is None
+            or (transposed and output_padding is None)):
         return None
-    return Op(node, "conv2d", (given["input"],),
+    return Op(node, kind, (given["input"],),
               {"weight": given["weight"], "bias": given["bias"], "stride": stride, "padding": padding,
-               "dilation": dilation, "groups": groups, "padding_mode": "zeros"})
+               "dilation": dilation, "groups": groups, "groups_expr": repr(groups), "padding_mode": "zeros",
+               "dims": dims, "transposed": transposed, "output_padding": output_padding})
 
 
 def _view_or_attention_op(node: fx.Node, kind: str, x: Any) -> Op | None:

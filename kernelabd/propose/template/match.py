@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from kernelabd.propose.template.canon import REDUCTIONS, Op, arg_of, dtype_of, is_number
+from kernelabd.propose.template.canon import CONVS, REDUCTIONS, Op, arg_of, as_dim, dtype_of, is_number
 from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
 
@@ -355,22 +355,36 @@ def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
 
 
 def _per_channel(shape: tuple[int, ...] | None, out: tuple[int, ...]) -> bool:
-    """Whether an operand broadcasts against the NCHW output along the channels only (a
-    ``(C_out, 1, 1)`` bias): then the kernel reads it per column. With one output channel the
-    flat path is used, since the run-time channel count may differ from the traced one."""
-    if shape is None or len(shape) > len(out) or len(shape) < 3 or out[1] == 1:
+    """Whether an operand broadcasts against the (N, C, spatial…) output along the channels
+    only (a ``(C_out, 1, 1)`` bias): then the kernel reads it per column. With one output
+    channel the flat path is used, since the run-time channel count may differ from the traced
+    one."""
+    if shape is None or len(shape) > len(out) or len(shape) < 2 or out[1] == 1:
         return False
     aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
     return aligned[1] == out[1] and all(d == 1 for i, d in enumerate(aligned) if i != 1)
 
 
+def _conv_shapes_fit(op: Op, x_shape: tuple[int, ...] | None, w_shape: tuple[int, ...] | None) -> bool:
+    """The input and weight have the convolution's rank and agree on the input channels; a
+    depthwise-like grouping (one output channel a group) is left alone: a dot tile of one
+    useful column in sixteen is no port of it."""
+    dims, groups = op.attrs["dims"], op.attrs["groups"]
+    if not x_shape or not w_shape or len(x_shape) != dims + 2 or len(w_shape) != dims + 2:
+        return False
+    if op.attrs["transposed"]:
+        return w_shape[0] == x_shape[1] and x_shape[1] % groups == 0 and (groups == 1 or w_shape[1] > 1)
+    return w_shape[1] * groups == x_shape[1] and w_shape[0] % groups == 0 and (groups == 1 or w_shape[0] > groups)
+
+
 def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
-    """``nn.Conv2d``/``F.conv2d`` (groups 1, zero padding, any stride/padding/dilation, NCHW
+    """``nn.Conv{1,2,3}d``/``nn.ConvTranspose{1,2,3}d`` and their ``F.`` forms (zero padding,
+    any stride/padding/dilation, groups but not depthwise-like ones, contiguous N, C, spatial…
     input) followed by an elementwise epilogue whose result is the graph's output."""
-    if not g.ops or g.ops[0].kind != "conv2d":
+    if not g.ops or g.ops[0].kind not in CONVS:
         return None
     op, rest = g.ops[0], g.ops[1:]
-    if op.attrs["groups"] != 1 or op.attrs["padding_mode"] != "zeros":
+    if op.attrs["padding_mode"] != "zeros" or as_dim(op.attrs["groups"]) is None:
         return None
     out_shape = g.shape(op.node)
     if g.out is not (rest[-1].node if rest else op.node) or not out_shape or g.shape(g.out) != out_shape:
@@ -378,16 +392,17 @@ def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
     x, weight = operand_pair(g, op.args[0], op.attrs["weight"])
     x_shape, w_shape = g.shape(op.args[0]), _tensor_shape(g, op.attrs["weight"])
     bias = g.loaded(op.attrs["bias"]) if op.attrs["bias"] is not None else None
-    if (x is None or weight is None or not x_shape or len(x_shape) != 4 or not w_shape
-            or len(w_shape) != 4 or w_shape[1] != x_shape[1] or (op.attrs["bias"] is not None and bias is None)):
+    if (x is None or weight is None or not _conv_shapes_fit(op, x_shape, w_shape)
+            or (op.attrs["bias"] is not None and bias is None)):
         return None
     chain = common.Chain(result="acc")
     if g.chain(rest, chain, {op.node: "acc"}) is None:
         return None
     channel = [_per_channel(_tensor_shape(g, t), out_shape) for t in chain.tensors]
     spec = conv.Conv(x, weight, bias, op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"],
-                     chain, precision, channel)
-    what = " + ".join(["conv2d", *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
+                     chain, precision, channel, dims=op.attrs["dims"], groups=op.attrs["groups_expr"],
+                     transposed=op.attrs["transposed"], output_padding=op.attrs["output_padding"])
+    what = " + ".join([op.kind, *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
     return Match(*conv.render(spec, g.signature, *init, what), precision)
 
 

@@ -1,4 +1,4 @@
-"""2-D convolution as an implicit GEMM with a fused epilogue.
+"""Convolutions (1-, 2- and 3-D, grouped, transposed) as an implicit GEMM with a fused epilogue.
 
 The convolution is a matrix product that is never materialised: ``M = N·OH·OW`` output pixels,
 ``N = C_out`` output channels, ``K = C_in·KH·KW``. Each program owns a ``BLOCK_M × BLOCK_N``
@@ -13,6 +13,12 @@ shape KernelBench's conv problems use) are read as one vector per column tile at
 ``co · stride``: the flat-index scheme of ``_operand`` would need them expanded into a full copy
 first, since they are not a trailing block of the NCHW output. Every other operand goes through
 ``_operand`` with the output's flat NCHW index.
+
+The same kernel is written for 1, 2 or 3 spatial axes. A grouped convolution runs one group a
+program column (``program_id(2)``): its K is the group's input channels and taps. A transposed
+convolution gathers too: output ``o`` reads the input ``i`` with ``i·s − p + k·d = o``, masked
+where the stride leaves no such ``i``, so at stride ``s`` a tile does ``s`` times the dots it
+needs on each strided axis (correct; whether it is fast is the A/B's to say).
 """
 
 from __future__ import annotations
@@ -34,40 +40,69 @@ SM90_STARTS: dict[str, list[dict[str, int]]] = {
 """Known-good starting configurations on sm_90, the seed first (the tuner's accepted step on the
 H200, BLOCK_M 128, is in it), then the neighbours its port tried next. Each dict sets every
 tunable."""
+def seed(op: Conv) -> dict[str, int]:
+    """The seed for ``op``: a 3-D convolution computes three coordinates and masks for every
+    gathered element, and at ``BLOCK_K`` 32 spilled for sm_90 (KernelBench L1 #54 under Triton
+    3.8: 255 registers, 64 B of stack; #72, transposed, under 3.6: 255 and 80 B); at 16 both fit
+    (200 and 217 registers, no stack)."""
+    return {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 else TUNE_START
+
+
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]],
              "regs": [["BLOCK_M", "BLOCK_K"]]}
 """Per stage, a gathered input tile and a weight tile, as in the matmul template; the gathered
 tile's addresses and masks are computed per element and held in registers (``regs``)."""
 
-GEOMETRY_HELPER = '''
+AXES = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
+"""Spatial axes by count, outermost first: a 1-D input is ``(N, C, W)``, a 3-D one
+``(N, C, D, H, W)``."""
 
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+GEOMETRY_HELPER = """
+
+def _tuple(v, n: int) -> tuple[int, ...]:
+    return (int(v),) * n if isinstance(v, int) else tuple(int(e) for e in v)
 
 
-def _geometry(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation) -> tuple[int, ...]:
-    """The kernel's size arguments (NB, C, H, W, C_out, OH, OW, KH, KW, stride, top/left padding
-    and dilation per axis), as ``F.conv2d`` computes them: "same" pads the extra row/column at
-    the bottom/right, which the kernel's border masks give for free."""
-    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
-    nb, c, h, wd = x.shape
-    n, _, kh, kw = w.shape
-    if padding == "same":
-        ph, pw, oh, ow = dh * (kh - 1) // 2, dw * (kw - 1) // 2, h, wd
+def _geometry(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups: int,
+              output_padding=None) -> tuple[int, ...]:
+    \"\"\"The kernel's size arguments as ``F.conv*d`` (``output_padding`` given:
+    ``F.conv_transpose*d``) computes them: batch, in- and out-channels a group, groups, then per
+    spatial axis the input and output sizes, kernel sizes, strides, paddings and dilations.
+    "same" pads the extra element at the end of an axis, which the kernel's border masks give
+    for free.\"\"\"
+    n = x.dim() - 2
+    s, d, ks, ins = _tuple(stride, n), _tuple(dilation, n), tuple(w.shape[2:]), tuple(x.shape[2:])
+    if output_padding is not None:
+        p, op = _tuple(padding, n), _tuple(output_padding, n)
+        outs = tuple((i - 1) * st - 2 * pa + di * (k - 1) + o + 1
+                     for i, st, pa, di, k, o in zip(ins, s, p, d, ks, op))
+        c, cout = w.shape[0] // groups, w.shape[1]
     else:
-        ph, pw = (0, 0) if padding == "valid" else _pair(padding)
-        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    return nb, c, h, wd, n, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw
-'''
+        if padding == "same":
+            p, outs = tuple(di * (k - 1) // 2 for di, k in zip(d, ks)), ins
+        else:
+            p = (0,) * n if padding == "valid" else _tuple(padding, n)
+            outs = tuple((i + 2 * pa - di * (k - 1) - 1) // st + 1 for i, st, pa, di, k in zip(ins, s, p, d, ks))
+        c, cout = w.shape[1], w.shape[0] // groups
+    return (x.shape[0], c, cout, groups, *ins, *outs, *ks, *s, *p, *d)
+
+
+def _channels_last(t: torch.Tensor, dim: int) -> torch.Tensor:
+    \"\"\"``t`` with dim ``dim`` innermost in memory, its shape unchanged (channels-last, for
+    any rank).\"\"\"
+    order = [i for i in range(t.dim()) if i != dim] + [dim]
+    return t.permute(order).contiguous().permute(sorted(range(t.dim()), key=order.__getitem__))
+"""
 
 
 @dataclass
 class Conv:
-    """``conv2d(x, weight, bias, stride, padding, dilation)`` (groups 1, zero padding) plus an
-    epilogue. ``stride``/``padding``/``dilation`` are forward-side expressions (the module's own
-    attributes, so a constructor argument follows the instance); ``channel`` holds, per epilogue
-    tensor, whether it broadcasts only along the output channels (read per column)."""
+    """A convolution (``dims`` spatial axes; ``transposed``: ``conv_transpose*d``, whose
+    ``output_padding`` is then set) with zero padding, plus an epilogue. ``stride``,
+    ``padding``, ``dilation``, ``groups`` and ``output_padding`` are forward-side expressions
+    (the module's own attributes, so a constructor argument follows the instance); ``channel``
+    holds, per epilogue tensor, whether it broadcasts only along the output channels (read per
+    column)."""
 
     x: str
     weight: str
@@ -78,6 +113,14 @@ class Conv:
     epilogue: common.Chain      # ``acc`` is the convolution (with its bias); ``result`` is stored
     precision: str              # "ieee", "tf32" or "tf32x3"
     channel: list[bool] = field(default_factory=list)
+    dims: int = 2
+    groups: str = "1"
+    transposed: bool = False
+    output_padding: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"conv{'_transpose' if self.transposed else ''}{self.dims}d"
 
 
 def _kernel_args(op: Conv) -> str:
@@ -90,7 +133,7 @@ def _loads(op: Conv) -> str:
     lines = []
     for i, ch in enumerate(op.channel):
         if ch:      # one value per output channel: a (1, BLOCK_N) row broadcast over the pixels
-            lines.append(f"t{i} = tl.load(t{i}_ptr + rn[None, :] * t{i}_s, mask=rn[None, :] < N, "
+            lines.append(f"t{i} = tl.load(t{i}_ptr + co[None, :] * t{i}_s, mask=rn[None, :] < N, "
                          f"other=0.0).to(tl.float32)")
         else:
             lines.append(f"t{i} = tl.load(t{i}_ptr + out_idx % t{i}_n, mask=cmask, other=0.0)"
@@ -99,90 +142,137 @@ def _loads(op: Conv) -> str:
 
 
 def _call_args(op: Conv) -> str:
-    args = [f"{t}, {t}.stride(-3)" if ch else f"*_operand({t}, _y.shape)"
+    args = [f"{t}, {t}.stride({-(op.dims + 1)})" if ch else f"*_operand({t}, _y.shape)"
             for t, ch in zip(op.epilogue.tensors, op.channel, strict=True)]
     args += [f"float({s})" for s in op.epilogue.scalars]
     return "".join(f", {a}" for a in args)
 
 
+def _params(axes: tuple[str, ...]) -> str:
+    """The kernel's size parameters, in ``_geometry``'s order."""
+    groups = [[a.upper() for a in axes], [f"O{a.upper()}" for a in axes], [f"K{a.upper()}" for a in axes],
+              [f"stride_{a}" for a in axes], [f"pad_{a}" for a in axes], [f"dil_{a}" for a in axes]]
+    return ", ".join(name for group in groups for name in group)
+
+
+def _unflatten(index: str, names: list[str], sizes: list[str], last: bool) -> list[str]:
+    """``index`` split into ``names``, innermost first (``sizes`` theirs); the outermost takes
+    the rest without a modulo when ``last``."""
+    lines, below = [], []
+    for i, (name, size) in enumerate(zip(names, sizes, strict=True)):
+        div = f"({index} // ({' * '.join(below)}))" if below else index
+        outermost = last and i == len(names) - 1
+        lines.append(f"{name} = {div}" if outermost else f"{name} = {div} % {size}")
+        below.append(size)
+    return lines
+
+
+def _gather(op: Conv, axes: tuple[str, ...]) -> list[str]:
+    """Per axis, the input coordinate a (row, k) pair reads and its mask: ``o·s − p + k·d`` for
+    a convolution; for a transposed one the ``i`` with ``i·s − p + k·d = o``, where one exists
+    (padding, borders and the stride's holes are load masks: no padded or dilated copy)."""
+    lines = []
+    for a in axes:
+        if op.transposed:
+            lines += [f"t_{a} = o{a}p[:, None] - k{a}[None, :] * dil_{a}", f"in_{a} = t_{a} // stride_{a}",
+                      f"amask = amask & (t_{a} >= 0) & (in_{a} * stride_{a} == t_{a}) & (in_{a} < {a.upper()})"]
+        else:
+            lines += [f"in_{a} = in_{a}0[:, None] + k{a}[None, :] * dil_{a}",
+                      f"amask = amask & (in_{a} >= 0) & (in_{a} < {a.upper()})"]
+    return lines
+
+
+def _indent(lines: list[str], spaces: int) -> str:
+    return "".join(f"{' ' * spaces}{line}\n" for line in lines)
+
+
 def kernel(op: Conv) -> str:
-    lines = "".join(f"    {line}\n" for line in op.epilogue.lines)
-    return f'''
+    axes = AXES[op.dims]
+    inner = list(reversed(axes))
+    out_sizes = [f"O{a.upper()}" for a in inner]
+    k_sizes = [f"K{a.upper()}" for a in inner]
+    rows = _unflatten("rm", [f"o{a}" for a in inner] + ["nb"], [*out_sizes, "NB"], last=True)
+    starts = [f"o{a}p = o{a} + pad_{a}" if op.transposed else f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes]
+    k_inner = _unflatten("kk", ["ci"] + [f"k{a}" for a in inner], ["C", *k_sizes], last=True)
+    k_outer = _unflatten("kk", [f"k{a}" for a in inner] + ["ci"], [*k_sizes, "C"], last=True)
+    x_off = " + ".join(f"in_{a} * sx{a}" for a in axes)
+    w_off = " + ".join(f"k{a}[:, None] * sw{a}" for a in axes)
+    w_co, w_ci = ("rn", "(g * C + ci)") if op.transposed else ("(g * N + rn)", "ci")
+    pixels = " * ".join(out_sizes)
+    body = _indent(op.epilogue.lines, 4)
+    pixel_names, tap_names = ", ".join(f"o{a}" for a in axes), ", ".join(f"k{a}" for a in axes)
+    strides = ", ".join([*(f"sx{a}" for a in axes)])
+    wstrides = ", ".join([*(f"sw{a}" for a in axes)])
+    return f"""
 
 @triton.jit
-def conv2d_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, sxh, sxw, swo, swc, swh, sww, sbn,
-                  NB, C, H, W, N, OH, OW, KH, KW, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w{_kernel_args(op)},
+def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, {wstrides}, sbn,
+                  NB, C, N, G, {_params(axes)}{_kernel_args(op)},
                   HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, CHANNELS_INNER: tl.constexpr):
-    # GEMM view: rows are output pixels (n, oh, ow), columns output channels, K is (ci, kh, kw),
-    # or (kh, kw, ci) when the operands are channels-last (a K run is then contiguous memory)
-    M = NB * OH * OW
-    K = C * KH * KW
+    # GEMM view, one group a program column: rows are output pixels (n, {pixel_names}),
+    # columns the group's output channels, K its input channels and taps: (ci, {tap_names}),
+    # or (k..., ci) when the operands are channels-last (a K run is then contiguous memory)
+    M = NB * {pixels}
+    K = C * {" * ".join(k_sizes)}
+    g = tl.program_id(2)
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    ow = rm % OW
-    oh = (rm // OW) % OH
-    nb = rm // (OW * OH)
-    ih0 = oh * stride_h - pad_h
-    iw0 = ow * stride_w - pad_w
-    row_ok = rm < M
+{_indent(rows + starts, 4)}    row_ok = rm < M
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         kk = k * BLOCK_K + rk
         if CHANNELS_INNER:
-            ci = kk % C
-            kw = (kk // C) % KW
-            kh = kk // (C * KW)
-        else:
-            kw = kk % KW
-            kh = (kk // KW) % KH
-            ci = kk // (KW * KH)
-        ih = ih0[:, None] + kh[None, :] * dil_h
-        iw = iw0[:, None] + kw[None, :] * dil_w
-        # padding and borders are masked loads of zero: no padded copy of the input
-        amask = (row_ok[:, None] & (kk[None, :] < K) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W))
-        a = tl.load(x_ptr + nb[:, None] * sxn + ci[None, :] * sxc + ih * sxh + iw * sxw,
+{_indent(k_inner, 12)}        else:
+{_indent(k_outer, 12)}        amask = row_ok[:, None] & (kk[None, :] < K)
+{_indent(_gather(op, axes), 8)}        a = tl.load(x_ptr + nb[:, None] * sxn + (g * C + ci)[None, :] * sxc + {x_off},
                     mask=amask, other=0.0)
-        b = tl.load(w_ptr + rn[None, :] * swo + ci[:, None] * swc + kh[:, None] * swh + kw[:, None] * sww,
+        b = tl.load(w_ptr + {w_co}[None, :] * swo + {w_ci}[:, None] * swc + {w_off},
                     mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += _dot(a, b, "{op.precision}")
+    co = g * N + rn
     if HAS_BIAS:
-        acc += tl.load(b_ptr + rn[None, :] * sbn, mask=rn[None, :] < N, other=0.0).to(tl.float32)
+        acc += tl.load(b_ptr + co[None, :] * sbn, mask=rn[None, :] < N, other=0.0).to(tl.float32)
     cmask = row_ok[:, None] & (rn[None, :] < N)
-    # NCHW: out[n, co, oh, ow] at (n * N + co) * OH * OW + oh * OW + ow
-    out_idx = (nb[:, None] * N + rn[None, :]) * (OH * OW) + (oh * OW + ow)[:, None]
-{_loads(op)}{lines}    tl.store(y_ptr + out_idx, {op.epilogue.result or "acc"}, mask=cmask)
-'''
+    # contiguous N, C, spatial: out[n, co, pixel] at (n * G * N + co) * pixels + pixel
+    out_idx = (nb[:, None] * (G * N) + co[None, :]) * ({pixels}) + (rm % ({pixels}))[:, None]
+{_loads(op)}{body}    tl.store(y_ptr + out_idx, {op.epilogue.result or "acc"}, mask=cmask)
+"""
 
 
 def forward(op: Conv, signature: str) -> str:
     """The launch; its locals are underscored so that no forward argument (a residual called
-    ``y``, say) is shadowed before the epilogue operands are passed."""
+    ``y``, say) is shadowed before the epilogue operands are passed. Channels-last moves the
+    input's channel dim, and the weight's input-channel dim (0 for a transposed convolution's
+    ``(C_in, C_out / groups, k...)``), innermost in memory."""
     bias = op.bias or "_y"      # any tensor; never read without HAS_BIAS
-    return f'''
+    wc = 0 if op.transposed else 1
+    extra = f", {op.output_padding}" if op.transposed else ""
+    return f"""
 def forward(self, {signature}):
     _x, _w = {op.x}, {op.weight}
     if CHANNELS_LAST:
-        _x = _x.contiguous(memory_format=torch.channels_last)
-        _w = _w.contiguous(memory_format=torch.channels_last)
-    _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation})
-    _y = torch.empty((_g[0], _g[4], _g[5], _g[6]), device=_x.device, dtype=_x.dtype)
-    _grid = (triton.cdiv(_g[0] * _g[5] * _g[6], BLOCK_M), triton.cdiv(_g[4], BLOCK_N))
-    conv2d_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), *_w.stride(), {bias}.stride(0),
+        _x, _w = _channels_last(_x, 1), _channels_last(_w, {wc})
+    _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation}, {op.groups}{extra})
+    _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]
+    _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
+    _grid = (triton.cdiv(_g[0] * math.prod(_pix), BLOCK_M), triton.cdiv(_g[2], BLOCK_N), _g[3])
+    _sw = _w.stride()
+    {op.name}_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), _sw[{1 - wc}], _sw[{wc}], *_sw[2:], {bias}.stride(0),
                          *_g{_call_args(op)},
                          HAS_BIAS={op.bias is not None}, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                          BLOCK_K=BLOCK_K, CHANNELS_INNER=bool(CHANNELS_LAST), num_warps=num_warps,
                          num_stages=num_stages)
     return _y
-'''
+"""
 
 
 def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -> tuple[str, str]:
     helper = common.OPERAND_HELPER if not all(op.channel) else ""
-    source = (common.header(f"Template: conv2d as an implicit GEMM ({what}) with the epilogue fused "
+    source = (common.header(f"Template: {op.name} as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, TUNE_START, common.resources(RESOURCES, op.precision))
+              + common.tunables(TUNE_VALUES, seed(op), common.resources(RESOURCES, op.precision))
               + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
-    return source, f"template: conv2d ({what}) as implicit GEMM with fused epilogue"
+    return source, f"template: {op.name} ({what}) as implicit GEMM with fused epilogue"
