@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: the Triton interpreter at the problems' default sizes (a logic check)")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="problems (default: all)")
+    ap.add_argument("--problems", type=Path, help=sm90.PROBLEMS_HELP)
     ap.add_argument("--proposer", choices=["template", "inductor"], default="template")
     ap.add_argument("--variant", nargs="+", type=parse_variant, default=[], metavar="NAME:K=V,...")
     ap.add_argument("--rounds", type=int, default=3)
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA GPU here (--device cpu runs a logic check; sm90.py checks the seeds' "
                  "resources without a GPU)")
-    problems = sm90.select_problems(args.only, ap)
+    problems = sm90.select_problems(args.only, ap, args.problems)
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings(args.device)
     rows = []

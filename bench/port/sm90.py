@@ -65,6 +65,8 @@ from kernelabd.propose.tune import (  # noqa: E402
 from kernelabd.service.capture import load_reference, main_dtype  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "port" / "problems"
+PROBLEMS_HELP = ("folder of references (default bench/port/problems), e.g. bench/coverage/kernelbench/level1 "
+                 "for KernelBench's own files at their own sizes")
 H200_SMS = 132
 """What the templates' launches size their persistent grids and splits by (``_sms``): compiled
 here on CPU tensors, they would otherwise plan for the interpreter's few programs, and skip
@@ -247,9 +249,11 @@ def table(rows: list[KernelUse], failures: dict[str, str], declined: dict[str, s
     return "\n".join(lines)
 
 
-def select_problems(only: list[str] | None, parser: argparse.ArgumentParser) -> list[Path]:
-    """The suite's problem files, or those named by ``--only`` (an unknown name is a usage error)."""
-    problems = sorted(PROBLEMS.glob("*.py"))
+def select_problems(only: list[str] | None, parser: argparse.ArgumentParser,
+                    folder: Path | None = None) -> list[Path]:
+    """The suite's problem files (or ``folder``'s, such as KernelBench's own), or those named by
+    ``--only`` (an unknown name is a usage error)."""
+    problems = sorted((folder or PROBLEMS).glob("*.py"))
     if only:
         unknown = set(only) - {p.stem for p in problems}
         if unknown:
@@ -261,6 +265,7 @@ def select_problems(only: list[str] | None, parser: argparse.ArgumentParser) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="problems to check (default: all)")
+    parser.add_argument("--problems", type=Path, help=PROBLEMS_HELP)
     parser.add_argument("--proposer", choices=["template", "inductor"], default="template")
     parser.add_argument("--out", type=Path, help="also write kernels.jsonl and table.md here")
     parser.add_argument("--grid", type=int, default=0, metavar="N",
@@ -276,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         values[name] = int(value)
     if args.grid and args.proposer != "template":
         parser.error("--grid samples the templates' declared tunables: use it with --proposer template")
-    problems = select_problems(args.only, parser)
+    problems = select_problems(args.only, parser, args.problems)
     use_stand_in_driver()
     rows: list[KernelUse] = []
     failures: dict[str, str] = {}

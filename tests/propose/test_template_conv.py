@@ -67,7 +67,9 @@ def test_functional_dilated_conv_with_a_residual_passes_the_gate(tmp_path):
     assert_passes(gate(tmp_path, "conv_functional", source, None, found.source))
 
 
-# (module, input, forward, what the edit names): each of the kernel's shapes of index math
+# (module, input, forward, what the edit names): each of the kernel's shapes of index math; the
+# transposed ones decompose by phase: stride 2 with dilation 2 leaves every other phase without a
+# tap (bias only), stride 3 with dilation 2 (coprime) gives each phase every third tap
 OTHER_CONVS = {
     "conv1d_strided_dilated": ("nn.Conv1d(3, 5, 3, stride=2, padding=1, dilation=2)", "torch.randn(2, 3, 17)",
                                "return torch.relu(self.conv(x))", "conv1d (conv1d + bias + relu)"),
@@ -81,6 +83,9 @@ OTHER_CONVS = {
     "transpose2d_grouped_strided": ("nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), groups=2)",
                                     "torch.randn(2, 4, 5, 6)", "return torch.tanh(self.conv(x))",
                                     "conv_transpose2d (conv_transpose2d + bias + tanh)"),
+    "transpose2d_phases_without_taps": ("nn.ConvTranspose2d(3, 4, 3, stride=(3, 2), padding=(2, 1), dilation=2, "
+                                        "output_padding=1)", "torch.randn(2, 3, 4, 5)", "return self.conv(x) - 0.5",
+                                        "conv_transpose2d (conv_transpose2d + bias + sub)"),
     "transpose3d_grouped_no_bias": ("nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, "
                                     "bias=False)", "torch.randn(2, 4, 3, 4, 5)", "return self.conv(x)",
                                     "conv_transpose3d (conv_transpose3d)"),

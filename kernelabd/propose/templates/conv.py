@@ -16,9 +16,13 @@ first, since they are not a trailing block of the NCHW output. Every other opera
 
 The same kernel is written for 1, 2 or 3 spatial axes. A grouped convolution runs one group a
 program column (``program_id(2)``): its K is the group's input channels and taps. A transposed
-convolution gathers too: output ``o`` reads the input ``i`` with ``i·s − p + k·d = o``, masked
-where the stride leaves no such ``i``, so at stride ``s`` a tile does ``s`` times the dots it
-needs on each strided axis (correct; whether it is fast is the A/B's to say).
+convolution is decomposed by phase: output ``o`` reads input ``i = (o + p − k·d) / s`` only for
+the taps ``k`` that make that exact, and those depend on ``o mod s`` alone (the taps with
+``k·d ≡ o + p (mod s)``: a first one ``k0``, then every ``s / gcd(s, d)``-th). So each program
+owns output pixels of one phase (``o ≡ ph`` on every axis), its K runs over that phase's taps
+only, and ``i`` is ``t + base − j·jump`` for the pixel's ``o = ph + t·s`` and the phase's
+``j``-th tap, with no division or stride mask per element. At stride 2 on two axes that is a
+quarter of the dots of a gather over every tap.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ TUNE_START = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num
 channels-last first, so that a K run is ``C_in`` contiguous floats rather than a gather across
 planes (figures: bench/port/README.md, "Template seeds")."""
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
-    "any": [TUNE_START, {**TUNE_START, "BLOCK_K": 64}, {**TUNE_START, "BLOCK_N": 128, "num_stages": 2}],
+    "any": [TUNE_START, {**TUNE_START, "BLOCK_M": 64, "num_warps": 4, "num_stages": 4},
+            {**TUNE_START, "BLOCK_K": 64}, {**TUNE_START, "BLOCK_N": 128, "num_stages": 2}],
 }
 """Known-good starting configurations on sm_90, the seed first (the tuner's accepted step on the
-H200, BLOCK_M 128, is in it), then the neighbours its port tried next. Each dict sets every
-tunable."""
+H200, BLOCK_M 128, is in it), then the screened step that three 1-minute H200 ports accepted
+first (conv2d, a strided ConvTranspose2d of bench/port and KernelBench L2 #2: 1.08-1.39× the
+seed; bench/port/results/2026-12-04-h200-s16-conv), then the neighbours tried next. Each dict
+sets every tunable."""
 def seed(op: Conv) -> dict[str, int]:
     """The seed for ``op``: a 3-D convolution computes three coordinates and masks for every
     gathered element, and at ``BLOCK_K`` 32 spilled for sm_90 (KernelBench L1 #54 under Triton
@@ -67,7 +74,8 @@ def _geometry(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, group
               output_padding=None) -> tuple[int, ...]:
     \"\"\"The kernel's size arguments as ``F.conv*d`` (``output_padding`` given:
     ``F.conv_transpose*d``) computes them: batch, in- and out-channels a group, groups, then per
-    spatial axis the input and output sizes, kernel sizes, strides, paddings and dilations.
+    spatial axis the input and output sizes, kernel sizes, strides, paddings and dilations (and
+    for a transposed one the tap steps ``s / gcd(s, d)`` of its phases).
     "same" pads the extra element at the end of an axis, which the kernel's border masks give
     for free.\"\"\"
     n = x.dim() - 2
@@ -77,6 +85,8 @@ def _geometry(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, group
         outs = tuple((i - 1) * st - 2 * pa + di * (k - 1) + o + 1
                      for i, st, pa, di, k, o in zip(ins, s, p, d, ks, op))
         c, cout = w.shape[0] // groups, w.shape[1]
+        steps = tuple(st // math.gcd(st, di) for st, di in zip(s, d))
+        return (x.shape[0], c, cout, groups, *ins, *outs, *ks, *s, *p, *d, *steps)
     else:
         if padding == "same":
             p, outs = tuple(di * (k - 1) // 2 for di, k in zip(d, ks)), ins
@@ -148,11 +158,11 @@ def _call_args(op: Conv) -> str:
     return "".join(f", {a}" for a in args)
 
 
-def _params(axes: tuple[str, ...]) -> str:
-    """The kernel's size parameters, in ``_geometry``'s order."""
-    groups = [[a.upper() for a in axes], [f"O{a.upper()}" for a in axes], [f"K{a.upper()}" for a in axes],
-              [f"stride_{a}" for a in axes], [f"pad_{a}" for a in axes], [f"dil_{a}" for a in axes]]
-    return ", ".join(name for group in groups for name in group)
+def _params(axes: tuple[str, ...], transposed: bool) -> str:
+    """The kernel's size parameters, in ``_geometry``'s order (a transposed convolution's tap
+    steps last)."""
+    names = ["{A}", "O{A}", "K{A}", "stride_{a}", "pad_{a}", "dil_{a}"] + (["step_{a}"] if transposed else [])
+    return ", ".join(name.format(a=a, A=a.upper()) for name in names for a in axes)
 
 
 def _unflatten(index: str, names: list[str], sizes: list[str], last: bool) -> list[str]:
@@ -169,16 +179,45 @@ def _unflatten(index: str, names: list[str], sizes: list[str], last: bool) -> li
 
 def _gather(op: Conv, axes: tuple[str, ...]) -> list[str]:
     """Per axis, the input coordinate a (row, k) pair reads and its mask: ``o·s − p + k·d`` for
-    a convolution; for a transposed one the ``i`` with ``i·s − p + k·d = o``, where one exists
-    (padding, borders and the stride's holes are load masks: no padded or dilated copy)."""
+    a convolution; for a transposed one ``t + base − j·jump``, the phase's ``j``-th tap ``k``
+    (padding, borders and a phase's missing taps are load masks: no padded or dilated copy)."""
     lines = []
     for a in axes:
         if op.transposed:
-            lines += [f"t_{a} = o{a}p[:, None] - k{a}[None, :] * dil_{a}", f"in_{a} = t_{a} // stride_{a}",
-                      f"amask = amask & (t_{a} >= 0) & (in_{a} * stride_{a} == t_{a}) & (in_{a} < {a.upper()})"]
+            lines += [f"k{a} = k0_{a} + j{a} * step_{a}",
+                      f"in_{a} = t{a}[:, None] + base_{a} - j{a}[None, :] * jump_{a}",
+                      f"amask = amask & (k{a}[None, :] < K{a.upper()}) & (in_{a} >= 0) & (in_{a} < {a.upper()})"]
         else:
             lines += [f"in_{a} = in_{a}0[:, None] + k{a}[None, :] * dil_{a}",
                       f"amask = amask & (in_{a} >= 0) & (in_{a} < {a.upper()})"]
+    return lines
+
+
+def _phase(axes: tuple[str, ...]) -> list[str]:
+    """A transposed convolution's program prologue: its phase ``ph`` (``o ≡ ph (mod s)`` on
+    every axis, innermost axis fastest), its rows' ``t`` (``o = ph + t·s``), and per axis the
+    phase's first tap ``k0`` (``K`` where the phase has none: every tap is then masked), its
+    ``T`` taps, and ``base``, ``jump`` such that the ``j``-th tap reads ``i = t + base − j·jump``.
+    The phase varies fastest across programs: a tile's pixels are ``s`` apart, so the programs
+    that fill the rest of its output sectors (and read the same input) are its neighbours in
+    launch order, and the sectors are whole in L2 before they are written back."""
+    inner = list(reversed(axes))
+    lines = [f"Q{a.upper()} = tl.cdiv(O{a.upper()}, stride_{a})" for a in axes]
+    lines += [f"MQ = NB * {' * '.join(f'Q{a.upper()}' for a in inner)}",
+              f"phases = {' * '.join(f'stride_{a}' for a in inner)}",
+              "phase = tl.program_id(0) % phases",
+              "rm = (tl.program_id(0) // phases) * BLOCK_M + tl.arange(0, BLOCK_M)"]
+    lines += _unflatten("phase", [f"ph_{a}" for a in inner], [f"stride_{a}" for a in inner], last=True)
+    lines += _unflatten("rm", [f"t{a}" for a in inner] + ["nb"], [f"Q{a.upper()}" for a in inner] + ["NB"], last=True)
+    lines += [f"o{a} = ph_{a} + t{a} * stride_{a}" for a in axes]
+    lines.append("row_ok = (rm < MQ) & " + " & ".join(f"(o{a} < O{a.upper()})" for a in axes))
+    for a in axes:
+        lines += [f"k0_{a} = K{a.upper()}", f"for c in range(0, step_{a}):",
+                  f"    k0_{a} = tl.where((k0_{a} == K{a.upper()}) "
+                  f"& ((ph_{a} + pad_{a} - c * dil_{a}) % stride_{a} == 0), c, k0_{a})",
+                  f"base_{a} = (ph_{a} + pad_{a} - k0_{a} * dil_{a}) // stride_{a}",
+                  f"jump_{a} = dil_{a} * step_{a} // stride_{a}",
+                  f"T{a.upper()} = tl.cdiv(K{a.upper()}, step_{a})"]
     return lines
 
 
@@ -190,15 +229,23 @@ def kernel(op: Conv) -> str:
     axes = AXES[op.dims]
     inner = list(reversed(axes))
     out_sizes = [f"O{a.upper()}" for a in inner]
-    k_sizes = [f"K{a.upper()}" for a in inner]
-    rows = _unflatten("rm", [f"o{a}" for a in inner] + ["nb"], [*out_sizes, "NB"], last=True)
-    starts = [f"o{a}p = o{a} + pad_{a}" if op.transposed else f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes]
-    k_inner = _unflatten("kk", ["ci"] + [f"k{a}" for a in inner], ["C", *k_sizes], last=True)
-    k_outer = _unflatten("kk", [f"k{a}" for a in inner] + ["ci"], [*k_sizes, "C"], last=True)
+    tap = "j" if op.transposed else "k"      # a transposed K runs over its phase's taps
+    k_sizes = [f"{'T' if op.transposed else 'K'}{a.upper()}" for a in inner]
+    if op.transposed:
+        rows = _phase(axes)
+        pixel = " + ".join(f"o{a}" + "".join(f" * O{b.upper()}" for b in axes[i + 1:]) for i, a in enumerate(axes))
+    else:
+        rows = [f"M = NB * {' * '.join(out_sizes)}", "rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)"]
+        rows += _unflatten("rm", [f"o{a}" for a in inner] + ["nb"], [*out_sizes, "NB"], last=True)
+        rows += [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes] + ["row_ok = rm < M"]
+        pixel = f"rm % ({' * '.join(out_sizes)})"
+    k_inner = _unflatten("kk", ["ci"] + [f"{tap}{a}" for a in inner], ["C", *k_sizes], last=True)
+    k_outer = _unflatten("kk", [f"{tap}{a}" for a in inner] + ["ci"], [*k_sizes, "C"], last=True)
     x_off = " + ".join(f"in_{a} * sx{a}" for a in axes)
     w_off = " + ".join(f"k{a}[:, None] * sw{a}" for a in axes)
     w_co, w_ci = ("rn", "(g * C + ci)") if op.transposed else ("(g * N + rn)", "ci")
     pixels = " * ".join(out_sizes)
+    w_mask = "".join(f" & (k{a}[:, None] < K{a.upper()})" for a in axes) if op.transposed else ""
     body = _indent(op.epilogue.lines, 4)
     pixel_names, tap_names = ", ".join(f"o{a}" for a in axes), ", ".join(f"k{a}" for a in axes)
     strides = ", ".join([*(f"sx{a}" for a in axes)])
@@ -207,19 +254,16 @@ def kernel(op: Conv) -> str:
 
 @triton.jit
 def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, {wstrides}, sbn,
-                  NB, C, N, G, {_params(axes)}{_kernel_args(op)},
+                  NB, C, N, G, {_params(axes, op.transposed)}{_kernel_args(op)},
                   HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, CHANNELS_INNER: tl.constexpr):
     # GEMM view, one group a program column: rows are output pixels (n, {pixel_names}),
     # columns the group's output channels, K its input channels and taps: (ci, {tap_names}),
     # or (k..., ci) when the operands are channels-last (a K run is then contiguous memory)
-    M = NB * {pixels}
-    K = C * {" * ".join(k_sizes)}
     g = tl.program_id(2)
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-{_indent(rows + starts, 4)}    row_ok = rm < M
+{_indent(rows, 4)}    K = C * {" * ".join(k_sizes)}
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         kk = k * BLOCK_K + rk
@@ -229,14 +273,14 @@ def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, 
 {_indent(_gather(op, axes), 8)}        a = tl.load(x_ptr + nb[:, None] * sxn + (g * C + ci)[None, :] * sxc + {x_off},
                     mask=amask, other=0.0)
         b = tl.load(w_ptr + {w_co}[None, :] * swo + {w_ci}[:, None] * swc + {w_off},
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+                    mask=(kk[:, None] < K) & (rn[None, :] < N){w_mask}, other=0.0)
         acc += _dot(a, b, "{op.precision}")
     co = g * N + rn
     if HAS_BIAS:
         acc += tl.load(b_ptr + co[None, :] * sbn, mask=rn[None, :] < N, other=0.0).to(tl.float32)
     cmask = row_ok[:, None] & (rn[None, :] < N)
     # contiguous N, C, spatial: out[n, co, pixel] at (n * G * N + co) * pixels + pixel
-    out_idx = (nb[:, None] * (G * N) + co[None, :]) * ({pixels}) + (rm % ({pixels}))[:, None]
+    out_idx = (nb[:, None] * (G * N) + co[None, :]) * ({pixels}) + ({pixel})[:, None]
 {_loads(op)}{body}    tl.store(y_ptr + out_idx, {op.epilogue.result or "acc"}, mask=cmask)
 """
 
@@ -249,6 +293,10 @@ def forward(op: Conv, signature: str) -> str:
     bias = op.bias or "_y"      # any tensor; never read without HAS_BIAS
     wc = 0 if op.transposed else 1
     extra = f", {op.output_padding}" if op.transposed else ""
+    n = op.dims
+    rows_grid = (f"math.prod(_g[{4 + 3 * n}:{4 + 4 * n}]) * triton.cdiv(_g[0] * math.prod("
+                 f"-(-o // s) for o, s in zip(_pix, _g[{4 + 3 * n}:{4 + 4 * n}])), BLOCK_M)"
+                 if op.transposed else "triton.cdiv(_g[0] * math.prod(_pix), BLOCK_M)")
     return f"""
 def forward(self, {signature}):
     _x, _w = {op.x}, {op.weight}
@@ -257,7 +305,7 @@ def forward(self, {signature}):
     _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation}, {op.groups}{extra})
     _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]
     _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
-    _grid = (triton.cdiv(_g[0] * math.prod(_pix), BLOCK_M), triton.cdiv(_g[2], BLOCK_N), _g[3])
+    _grid = ({rows_grid}, triton.cdiv(_g[2], BLOCK_N), _g[3])
     _sw = _w.stride()
     {op.name}_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), _sw[{1 - wc}], _sw[{wc}], *_sw[2:], {bias}.stride(0),
                          *_g{_call_args(op)},
