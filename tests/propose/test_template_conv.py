@@ -1,8 +1,9 @@
 """The conv template: an implicit-GEMM convolution with its epilogue passes the real gate on
 CPU (Triton interpreter) for the bench problem, for an odd-sized strided, padded case, and for
 1-D, 3-D, grouped and transposed convolutions (strided, dilated, output-padded, in module and
-functional form), and a convolution it does not implement (depthwise-like, reflect-padded, a
-transposed one given an ``output_size``) matches nothing rather than being ported wrong. Sizes
+functional form), depthwise-like ones as a direct convolution, and a convolution it does not
+implement (reflect-padded, a depthwise-like transposed one, a transposed one given an
+``output_size``) matches nothing rather than being ported wrong. Sizes
 are tiny: the interpreter runs every program in Python."""
 
 from __future__ import annotations
@@ -125,8 +126,35 @@ def test_functional_transposed_conv_with_literal_geometry_and_a_per_channel_bias
     assert_passes(gate(tmp_path, "transpose_functional", source, None, found.source))
 
 
+# (module, input, forward, what the edit names): groups of one input channel (depthwise, with a
+# channel multiplier) or of one output channel, each rank, strided, padded and dilated
+DEPTHWISE = {
+    "depthwise2d_relu": ("nn.Conv2d(4, 4, 3, padding=1, groups=4)", "torch.randn(2, 4, 9, 11)",
+                         "return torch.relu(self.conv(x))", "depthwise-like conv2d (conv2d + bias + relu)"),
+    "depthwise2d_multiplier_strided_dilated": (
+        "nn.Conv2d(3, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=3, bias=False)",
+        "torch.randn(2, 3, 10, 7)", "return self.conv(x) * self.scale",
+        "depthwise-like conv2d (conv2d + mul)"),
+    "one_output_channel_a_group_1d": ("nn.Conv1d(6, 3, 3, stride=2, groups=3)", "torch.randn(2, 6, 19)",
+                                      "return self.conv(x) - 1.0", "depthwise-like conv1d (conv1d + bias + sub)"),
+    "depthwise3d": ("nn.Conv3d(2, 2, 3, padding=(0, 1, 1), groups=2)", "torch.randn(2, 2, 5, 4, 6)",
+                    "return self.conv(x)", "depthwise-like conv3d (conv3d + bias)"),
+}
+
+
+@pytest.mark.parametrize("name", list(DEPTHWISE))
+def test_a_depthwise_like_conv_is_a_direct_convolution_that_passes_the_gate(tmp_path, name):
+    conv, inputs, forward, what = DEPTHWISE[name]
+    source = conv_reference(conv, forward=forward, inputs=inputs,
+                            extra_init="self.scale = nn.Parameter(torch.randn(6, 1, 1))\n")
+    found = instantiate(source)
+    assert found is not None and found.edit == f"template: {what} as direct convolution with fused epilogue", \
+        found and found.edit
+    assert found.dots is None and "tl.dot" not in found.source, "no dot tile spent on one useful column"
+    assert_passes(gate(tmp_path, name, source, None, found.source))
+
+
 @pytest.mark.parametrize(("conv", "inputs", "forward"), [
-    ("nn.Conv2d(4, 4, 3, groups=4)", "torch.randn(2, 4, 9, 9)", "return self.conv(x)"),
     ("nn.Conv2d(4, 6, 3, padding=1, padding_mode='reflect')", "torch.randn(2, 4, 9, 9)", "return self.conv(x)"),
     ("nn.ConvTranspose2d(4, 4, 3, groups=4)", "torch.randn(2, 4, 9, 9)", "return self.conv(x)"),
     ("nn.ConvTranspose2d(4, 6, 3, stride=2)", "torch.randn(2, 4, 9, 9)", "return self.conv(x, output_size=(20, 20))"),

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from kernelabd.propose.template.proposer import TemplateProposer
-from kernelabd.propose.templates import attention, conv, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.templates import attention, conv, depthwise, elementwise, matmul, reduce, rowwise
 from kernelabd.propose.tune import parse_tunables
 from tests.gating import assert_passes, gate
 from tests.propose.template_sweep import assert_accurate, candidate, sweep
@@ -175,7 +175,7 @@ def test_every_template_declares_its_sm90_starts_per_dtype_kind():
     assert all(set(s) == set(matmul.TUNE_VALUES) for starts in matmul.SM90_STARTS.values() for s in starts)
     assert all(set(s) == set(rowwise.tunable_values()) for s in rowwise.SM90_STARTS["any"])
     assert all(set(s) == set(reduce.TUNE_VALUES) for s in reduce.SM90_STARTS["any"])
-    for module in (attention, conv, elementwise):
+    for module in (attention, conv, depthwise, elementwise):
         assert all(set(s) == set(module.TUNE_VALUES) for starts in module.SM90_STARTS.values() for s in starts)
 
 

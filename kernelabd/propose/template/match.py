@@ -16,7 +16,7 @@ from torch import fx
 
 from kernelabd.propose.template.canon import CONVS, REDUCTIONS, Op, arg_of, as_dim, dtype_of, is_number
 from kernelabd.propose.template.graph import Graph
-from kernelabd.propose.templates import attention, common, conv, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.templates import attention, common, conv, depthwise, elementwise, matmul, reduce, rowwise
 
 
 @dataclass(frozen=True)
@@ -365,22 +365,27 @@ def _per_channel(shape: tuple[int, ...] | None, out: tuple[int, ...]) -> bool:
     return aligned[1] == out[1] and all(d == 1 for i, d in enumerate(aligned) if i != 1)
 
 
-def _conv_shapes_fit(op: Op, x_shape: tuple[int, ...] | None, w_shape: tuple[int, ...] | None) -> bool:
-    """The input and weight have the convolution's rank and agree on the input channels; a
-    depthwise-like grouping (one output channel a group) is left alone: a dot tile of one
-    useful column in sixteen is no port of it."""
+def _conv_kernel(op: Op, x_shape: tuple[int, ...] | None, w_shape: tuple[int, ...] | None) -> str | None:
+    """Which kernel ports the convolution: ``"gemm"`` (implicit GEMM) or ``"direct"`` (a grouped
+    convolution whose groups have one input or one output channel: a dot tile of one useful
+    column or row in sixteen is no port of it); None where the input and weight do not have the
+    convolution's rank or disagree on the input channels, or for a depthwise-like transposed
+    one (neither kernel does it)."""
     dims, groups = op.attrs["dims"], op.attrs["groups"]
     if not x_shape or not w_shape or len(x_shape) != dims + 2 or len(w_shape) != dims + 2:
-        return False
+        return None
     if op.attrs["transposed"]:
-        return w_shape[0] == x_shape[1] and x_shape[1] % groups == 0 and (groups == 1 or w_shape[1] > 1)
-    return w_shape[1] * groups == x_shape[1] and w_shape[0] % groups == 0 and (groups == 1 or w_shape[0] > groups)
+        fits = w_shape[0] == x_shape[1] and x_shape[1] % groups == 0
+        return "gemm" if fits and (groups == 1 or w_shape[1] > 1) else None
+    if w_shape[1] * groups != x_shape[1] or w_shape[0] % groups:
+        return None
+    return "direct" if groups > 1 and 1 in (w_shape[1], w_shape[0] // groups) else "gemm"
 
 
 def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
     """``nn.Conv{1,2,3}d``/``nn.ConvTranspose{1,2,3}d`` and their ``F.`` forms (zero padding,
-    any stride/padding/dilation, groups but not depthwise-like ones, contiguous N, C, spatial…
-    input) followed by an elementwise epilogue whose result is the graph's output."""
+    any stride/padding/dilation, groups; depthwise-like ones as a direct convolution, but not
+    transposed) followed by an elementwise epilogue whose result is the graph's output."""
     if not g.ops or g.ops[0].kind not in CONVS:
         return None
     op, rest = g.ops[0], g.ops[1:]
@@ -392,8 +397,8 @@ def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
     x, weight = operand_pair(g, op.args[0], op.attrs["weight"])
     x_shape, w_shape = g.shape(op.args[0]), _tensor_shape(g, op.attrs["weight"])
     bias = g.loaded(op.attrs["bias"]) if op.attrs["bias"] is not None else None
-    if (x is None or weight is None or not _conv_shapes_fit(op, x_shape, w_shape)
-            or (op.attrs["bias"] is not None and bias is None)):
+    kernel = _conv_kernel(op, x_shape, w_shape)
+    if x is None or weight is None or kernel is None or (op.attrs["bias"] is not None and bias is None):
         return None
     chain = common.Chain(result="acc")
     if g.chain(rest, chain, {op.node: "acc"}) is None:
@@ -403,6 +408,8 @@ def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
                      chain, precision, channel, dims=op.attrs["dims"], groups=op.attrs["groups_expr"],
                      transposed=op.attrs["transposed"], output_padding=op.attrs["output_padding"])
     what = " + ".join([op.kind, *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
+    if kernel == "direct":
+        return Match(*depthwise.render(spec, g.signature, *init, what))
     return Match(*conv.render(spec, g.signature, *init, what), precision)
 
 
