@@ -133,7 +133,10 @@ class Conv:
         return f"conv{'_transpose' if self.transposed else ''}{self.dims}d"
 
 
-def _kernel_args(op: Conv) -> str:
+def kernel_args(op: Conv) -> str:
+    """The epilogue operands' kernel parameters (shared with ``depthwise``): an operand read
+    per output channel passes its channel stride, any other its length for ``_operand``'s
+    flat index."""
     args = [f"t{i}_ptr, t{i}_s" if ch else f"t{i}_ptr, t{i}_n" for i, ch in enumerate(op.channel)]
     args += [f"s{i}" for i in range(len(op.epilogue.scalars))]
     return "".join(f", {a}" for a in args)
@@ -151,7 +154,8 @@ def _loads(op: Conv) -> str:
     return "".join(f"    {line}\n" for line in lines)
 
 
-def _call_args(op: Conv) -> str:
+def call_args(op: Conv) -> str:
+    """The launch's arguments for ``kernel_args``' parameters (shared with ``depthwise``)."""
     args = [f"{t}, {t}.stride({-(op.dims + 1)})" if ch else f"*_operand({t}, _y.shape)"
             for t, ch in zip(op.epilogue.tensors, op.channel, strict=True)]
     args += [f"float({s})" for s in op.epilogue.scalars]
@@ -165,7 +169,7 @@ def _params(axes: tuple[str, ...], transposed: bool) -> str:
     return ", ".join(name.format(a=a, A=a.upper()) for name in names for a in axes)
 
 
-def _unflatten(index: str, names: list[str], sizes: list[str], last: bool) -> list[str]:
+def unflatten(index: str, names: list[str], sizes: list[str], last: bool) -> list[str]:
     """``index`` split into ``names``, innermost first (``sizes`` theirs); the outermost takes
     the rest without a modulo when ``last``."""
     lines, below = [], []
@@ -207,8 +211,8 @@ def _phase(axes: tuple[str, ...]) -> list[str]:
               f"phases = {' * '.join(f'stride_{a}' for a in inner)}",
               "phase = tl.program_id(0) % phases",
               "rm = (tl.program_id(0) // phases) * BLOCK_M + tl.arange(0, BLOCK_M)"]
-    lines += _unflatten("phase", [f"ph_{a}" for a in inner], [f"stride_{a}" for a in inner], last=True)
-    lines += _unflatten("rm", [f"t{a}" for a in inner] + ["nb"], [f"Q{a.upper()}" for a in inner] + ["NB"], last=True)
+    lines += unflatten("phase", [f"ph_{a}" for a in inner], [f"stride_{a}" for a in inner], last=True)
+    lines += unflatten("rm", [f"t{a}" for a in inner] + ["nb"], [f"Q{a.upper()}" for a in inner] + ["NB"], last=True)
     lines += [f"o{a} = ph_{a} + t{a} * stride_{a}" for a in axes]
     lines.append("row_ok = (rm < MQ) & " + " & ".join(f"(o{a} < O{a.upper()})" for a in axes))
     for a in axes:
@@ -236,11 +240,11 @@ def kernel(op: Conv) -> str:
         pixel = " + ".join(f"o{a}" + "".join(f" * O{b.upper()}" for b in axes[i + 1:]) for i, a in enumerate(axes))
     else:
         rows = [f"M = NB * {' * '.join(out_sizes)}", "rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)"]
-        rows += _unflatten("rm", [f"o{a}" for a in inner] + ["nb"], [*out_sizes, "NB"], last=True)
+        rows += unflatten("rm", [f"o{a}" for a in inner] + ["nb"], [*out_sizes, "NB"], last=True)
         rows += [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes] + ["row_ok = rm < M"]
         pixel = f"rm % ({' * '.join(out_sizes)})"
-    k_inner = _unflatten("kk", ["ci"] + [f"{tap}{a}" for a in inner], ["C", *k_sizes], last=True)
-    k_outer = _unflatten("kk", [f"{tap}{a}" for a in inner] + ["ci"], [*k_sizes, "C"], last=True)
+    k_inner = unflatten("kk", ["ci"] + [f"{tap}{a}" for a in inner], ["C", *k_sizes], last=True)
+    k_outer = unflatten("kk", [f"{tap}{a}" for a in inner] + ["ci"], [*k_sizes, "C"], last=True)
     x_off = " + ".join(f"in_{a} * sx{a}" for a in axes)
     w_off = " + ".join(f"k{a}[:, None] * sw{a}" for a in axes)
     w_co, w_ci = ("rn", "(g * C + ci)") if op.transposed else ("(g * N + rn)", "ci")
@@ -254,7 +258,7 @@ def kernel(op: Conv) -> str:
 
 @triton.jit
 def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, {wstrides}, sbn,
-                  NB, C, N, G, {_params(axes, op.transposed)}{_kernel_args(op)},
+                  NB, C, N, G, {_params(axes, op.transposed)}{kernel_args(op)},
                   HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, CHANNELS_INNER: tl.constexpr):
     # GEMM view, one group a program column: rows are output pixels (n, {pixel_names}),
@@ -308,7 +312,7 @@ def forward(self, {signature}):
     _grid = ({rows_grid}, triton.cdiv(_g[2], BLOCK_N), _g[3])
     _sw = _w.stride()
     {op.name}_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), _sw[{1 - wc}], _sw[{wc}], *_sw[2:], {bias}.stride(0),
-                         *_g{_call_args(op)},
+                         *_g{call_args(op)},
                          HAS_BIAS={op.bias is not None}, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                          BLOCK_K=BLOCK_K, CHANNELS_INNER=bool(CHANNELS_LAST), num_warps=num_warps,
                          num_stages=num_stages)

@@ -17,7 +17,7 @@ channel); every other operand goes through ``_operand`` with the output's flat i
 from __future__ import annotations
 
 from kernelabd.propose.templates import common
-from kernelabd.propose.templates.conv import AXES, GEOMETRY_HELPER, Conv, _call_args, _kernel_args, _unflatten
+from kernelabd.propose.templates.conv import AXES, GEOMETRY_HELPER, Conv, call_args, kernel_args, unflatten
 
 TUNE_VALUES = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]}
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
@@ -66,7 +66,7 @@ def kernel(op: Conv) -> str:
     inner = list(reversed(axes))
     out_sizes = [f"O{a.upper()}" for a in inner]
     pixels = " * ".join(out_sizes)
-    rows = _unflatten("pix", [f"o{a}" for a in inner], out_sizes, last=True)
+    rows = unflatten("pix", [f"o{a}" for a in inner], out_sizes, last=True)
     starts = [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes]
     strides = ", ".join(f"sx{a}" for a in axes)
     wstrides = ", ".join(f"sw{a}" for a in axes)
@@ -75,7 +75,7 @@ def kernel(op: Conv) -> str:
 
 @triton.jit
 def depthwise{op.dims}d_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, {wstrides}, sbn,
-                     NB, C, N, G, {_params(axes)}{_kernel_args(op)},
+                     NB, C, N, G, {_params(axes)}{kernel_args(op)},
                      HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
     # one output plane (n, co) a program row, BLOCK of its pixels a program; the plane's group g
     # has C input channels and N output channels
@@ -109,7 +109,7 @@ def forward(self, {signature}):
     _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
     _grid = (_g[0] * _g[2] * _g[3], triton.cdiv(math.prod(_pix), BLOCK))
     depthwise{op.dims}d_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), *_w.stride(), {bias}.stride(0),
-                         *_g{_call_args(op)},
+                         *_g{call_args(op)},
                          HAS_BIAS={op.bias is not None}, BLOCK=BLOCK, num_warps=num_warps)
     return _y
 """
