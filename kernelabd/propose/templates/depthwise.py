@@ -17,7 +17,7 @@ channel); every other operand goes through ``_operand`` with the output's flat i
 from __future__ import annotations
 
 from kernelabd.propose.templates import common
-from kernelabd.propose.templates.conv import AXES, GEOMETRY_HELPER, Conv, call_args, kernel_args, unflatten
+from kernelabd.propose.templates.conv import AXES, GEOMETRY_HELPER, Conv, call_args, indent, kernel_args, unflatten
 
 TUNE_VALUES = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]}
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
@@ -40,7 +40,7 @@ def _loads(op: Conv) -> str:
     lines = [f"t{i} = tl.load(t{i}_ptr + co * t{i}_s).to(tl.float32)" if ch else
              f"t{i} = tl.load(t{i}_ptr + out_idx % t{i}_n, mask=pix_ok, other=0.0).to(tl.float32)"
              for i, ch in enumerate(op.channel)]
-    return "".join(f"    {line}\n" for line in lines)
+    return indent(lines, 4)
 
 
 def _taps(axes: tuple[str, ...]) -> str:
@@ -58,7 +58,7 @@ def _taps(axes: tuple[str, ...]) -> str:
     w_off = " + ".join(f"k{a} * sw{a}" for a in axes)
     lines += [f"{pad}xv = tl.load(x_c + {x_off}, mask={mask}, other=0.0)",
               f"{pad}acc += xv.to(tl.float32) * tl.load(w_c + {w_off}).to(tl.float32)"]
-    return "".join(f"{line}\n" for line in lines)
+    return indent(lines, 0)
 
 
 def kernel(op: Conv) -> str:
@@ -70,7 +70,7 @@ def kernel(op: Conv) -> str:
     starts = [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes]
     strides = ", ".join(f"sx{a}" for a in axes)
     wstrides = ", ".join(f"sw{a}" for a in axes)
-    body = "".join(f"    {line}\n" for line in op.epilogue.lines)
+    body = indent(op.epilogue.lines, 4)
     return f"""
 
 @triton.jit
@@ -85,7 +85,7 @@ def depthwise{op.dims}d_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, 
     g = co // N
     pix = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     pix_ok = pix < {pixels}
-{"".join(f"    {line}{chr(10)}" for line in rows + starts)}    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+{indent(rows + starts, 4)}    acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for ci in range(0, C):
         x_c = x_ptr + nb * sxn + (g * C + ci) * sxc
         w_c = w_ptr + co * swo + ci * swc
