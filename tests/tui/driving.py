@@ -31,7 +31,8 @@ async def settle(pilot: Pilot[None], timeout: float = 5.0) -> None:
         busy = [w for w in pilot.app.workers
                 if w.state in (WorkerState.PENDING, WorkerState.RUNNING)]
         idle_rounds = 0 if busy else idle_rounds + 1
-        if time.monotonic() > deadline:
+        if busy and time.monotonic() > deadline:
+            # (Only when busy: on a loaded machine three idle rounds can outlast the deadline.)
             raise AssertionError(f"workers still busy after {timeout} s: {busy}")
         if busy:
             await pilot.pause(0.01)

@@ -38,6 +38,7 @@ from tui.messages import DataChanged
 from tui.screens.controls import CONTROL_BINDINGS, JobControls
 from tui.widgets.queue import VIM_BINDINGS
 from tui.widgets.status import StatusBar
+from tui.widgets.table import Table
 from tui.widgets.timing import TimingHistogram
 
 TABS = ("source", "diff", "timing", "clock", "gate", "transcript", "machine", "screened")
@@ -205,7 +206,7 @@ def summary_text(job: Job, facts: JobFacts) -> Text:
     return text
 
 
-class CandidateTable(DataTable[str | Text]):
+class CandidateTable(Table[str | Text]):
     """The job's candidates in order; updated in place while the job runs."""
 
     BINDINGS = VIM_BINDINGS
@@ -270,7 +271,7 @@ class JobDetail(JobControls):
                     with TabPane("3 timing", id="timing"):
                         yield TimingHistogram(id="histogram")
                     with TabPane("4 clock", id="clock"):
-                        yield DataTable(id="blocks", cursor_type="row")
+                        yield Table(id="blocks", cursor_type="row")
                     with TabPane("5 gate", id="gate"), VerticalScroll():
                         yield Static("", id="gate-text")
                     with TabPane("6 transcript", id="transcript"), VerticalScroll():
@@ -279,7 +280,7 @@ class JobDetail(JobControls):
                         yield Static("", id="machine-text")
                     with TabPane("8 screened", id="screened"), Vertical():
                         yield Static(SCREENED_NOTE, id="screened-note")
-                        yield DataTable(id="screened-table", cursor_type="row")
+                        yield Table(id="screened-table", cursor_type="row")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:

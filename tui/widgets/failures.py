@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from tui.data import Candidate, format_evidence
 from tui.widgets.queue import VIM_BINDINGS
+from tui.widgets.table import Table
 
 
 def failure_cells(cand: Candidate) -> tuple[str | Text, ...]:
@@ -14,7 +14,7 @@ def failure_cells(cand: Candidate) -> tuple[str | Text, ...]:
     return (str(cand.id), rule, format_evidence(cand.evidence), cand.edit or "")
 
 
-class FailuresTable(DataTable[str | Text]):
+class FailuresTable(Table[str | Text]):
     """A read-only table; rebuilt only when the failures change."""
 
     BINDINGS = VIM_BINDINGS

@@ -13,9 +13,9 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.widgets import DataTable
 
 from tui.data import Job
+from tui.widgets.table import Table
 
 COLUMNS = (("#", "id"), ("problem", "problem"), ("state", "state"), ("cand", "cand"),
            ("fail", "fail"), ("×ref", "speedup"), ("×peer", "peer"), ("dev", "dev"), ("pri", "pri"),
@@ -61,7 +61,7 @@ def job_cells(job: Job, name_width: int) -> tuple[Text | str, ...]:
             _times(job.speedup_vs_best_peer), job.device or "–", str(job.priority), job.kind)
 
 
-class JobTable(DataTable[Text | str]):
+class JobTable(Table[Text | str]):
     """The queue. Rows are updated in place when the set of jobs is unchanged, so the cursor
     stays where the user put it while the daemon writes."""
 
