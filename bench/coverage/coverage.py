@@ -80,9 +80,12 @@ def row(level: int, path: Path, answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def family(edit: str) -> str:
-    """``template: softmax (fused, one pass)`` → ``softmax``: the template a row names."""
+    """``template: softmax (fused, one pass)`` → ``softmax``: the template a row names; a
+    pipeline is counted as one (``pipeline``), whatever its stages."""
     text = re.sub(r"elementwise chain of \d+ ops", "elementwise chain", edit.removeprefix("template: "))
-    return re.split(r" \(| over | with | as |;", text)[0]
+    if text.startswith("pipeline of "):
+        return "pipeline"
+    return re.split(r" \(| over | with | as |;|, window", text)[0]
 
 
 def markdown(rows: list[dict[str, Any]], seconds: float) -> str:

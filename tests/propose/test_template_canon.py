@@ -17,6 +17,9 @@ BF16 = "dtype=torch.bfloat16"
 
 # name -> (reference source, words the edit line must contain)
 REFERENCES: dict[str, tuple[str, str]] = {
+    # a number the forward is given beside a tensor (KernelBench L1 #5's ``A * s``): a scalar
+    "number_input": (reference("def forward(self, A, s):\n    return A * s\n", inputs="torch.randn(6, 5), 3.5"),
+                     "elementwise chain of 1 ops (mul)"),
     # the issue's two misses: RMSNorm written with fp32 casts in bf16, softmax over an odd width
     "rms_norm_bf16_casts": (reference(
         """\

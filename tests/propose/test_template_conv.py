@@ -164,5 +164,5 @@ def test_a_conv_the_template_does_not_implement_matches_nothing(conv, inputs, fo
 
 
 def test_a_conv_followed_by_an_unknown_op_matches_nothing():
-    source = conv_reference("nn.Conv2d(3, 4, 3)", forward="return F.max_pool2d(self.conv(x), 2)")
+    source = conv_reference("nn.Conv2d(3, 4, 3)", forward="return torch.cumsum(self.conv(x), 1)")
     assert instantiate(source) is None

@@ -39,7 +39,12 @@ FUNCTIONS: dict[Any, str] = {
     torch.square: "square", operator.pow: "pow", torch.pow: "pow", F.gelu: "gelu",
     torch.softmax: "softmax", F.softmax: "softmax", torch.log_softmax: "log_softmax",
     F.log_softmax: "log_softmax", F.layer_norm: "layer_norm", F.rms_norm: "rms_norm",
+    F.group_norm: "group_norm",
+    F.max_pool1d: "max_pool", F.max_pool2d: "max_pool", F.max_pool3d: "max_pool", F.avg_pool1d: "avg_pool",
+    F.avg_pool2d: "avg_pool", F.avg_pool3d: "avg_pool", F.adaptive_avg_pool1d: "adaptive_avg_pool",
+    F.adaptive_avg_pool2d: "adaptive_avg_pool", F.adaptive_avg_pool3d: "adaptive_avg_pool",
     torch.sum: "sum", torch.mean: "mean", torch.amax: "max", torch.max: "max", torch.min: "min",
+    torch.amin: "min", torch.logsumexp: "logsumexp",
     torch.matmul: "matmul", torch.mm: "matmul", operator.matmul: "matmul", F.linear: "linear",
     operator.getitem: "getitem", torch.clone: "identity", torch.detach: "identity",
     torch.bmm: "matmul", torch.transpose: "transpose", torch.swapaxes: "transpose",
@@ -65,7 +70,9 @@ METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
     "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "sqrt": "sqrt", "rsqrt": "rsqrt",
     "square": "square", "pow": "pow", "softmax": "softmax", "log_softmax": "log_softmax",
-    "sum": "sum", "mean": "mean", "amax": "max", "max": "max", "min": "min", "matmul": "matmul",
+    "sum": "sum", "mean": "mean", "amax": "max", "max": "max", "min": "min", "amin": "min",
+    "logsumexp": "logsumexp",
+    "matmul": "matmul",
     "clone": "identity", "detach": "identity", "contiguous": "identity", "bmm": "matmul",
     "transpose": "transpose", "swapaxes": "transpose", "swapdims": "transpose", "permute": "permute",
     "size": "size", "dim": "size", "numel": "size", "abs": "abs", "log": "log", "erf": "erf",
@@ -89,8 +96,22 @@ MODULES: dict[type, str] = {
     nn.Dropout1d: "dropout", nn.Dropout2d: "dropout", nn.Dropout3d: "dropout",
     nn.AlphaDropout: "dropout", nn.BatchNorm1d: "batch_norm", nn.BatchNorm2d: "batch_norm",
     nn.BatchNorm3d: "batch_norm", nn.Flatten: "view", nn.Unflatten: "view", nn.InstanceNorm1d: "instance_norm",
-    nn.InstanceNorm2d: "instance_norm", nn.InstanceNorm3d: "instance_norm",
+    nn.InstanceNorm2d: "instance_norm", nn.InstanceNorm3d: "instance_norm", nn.GroupNorm: "group_norm",
+    nn.MaxPool1d: "max_pool", nn.MaxPool2d: "max_pool", nn.MaxPool3d: "max_pool", nn.AvgPool1d: "avg_pool",
+    nn.AvgPool2d: "avg_pool", nn.AvgPool3d: "avg_pool", nn.AdaptiveAvgPool1d: "adaptive_avg_pool",
+    nn.AdaptiveAvgPool2d: "adaptive_avg_pool", nn.AdaptiveAvgPool3d: "adaptive_avg_pool",
 }
+POOL_DIMS: dict[type | Any, int] = {
+    nn.MaxPool1d: 1, nn.MaxPool2d: 2, nn.MaxPool3d: 3, nn.AvgPool1d: 1, nn.AvgPool2d: 2, nn.AvgPool3d: 3,
+    nn.AdaptiveAvgPool1d: 1, nn.AdaptiveAvgPool2d: 2, nn.AdaptiveAvgPool3d: 3,
+    F.max_pool1d: 1, F.max_pool2d: 2, F.max_pool3d: 3, F.avg_pool1d: 1, F.avg_pool2d: 2, F.avg_pool3d: 3,
+    F.adaptive_avg_pool1d: 1, F.adaptive_avg_pool2d: 2, F.adaptive_avg_pool3d: 3,
+}
+"""Spatial axes of each pooling module and function."""
+POOL_ARGS = {"max_pool": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+             "avg_pool": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                          "divisor_override"),
+             "adaptive_avg_pool": ("input", "output_size")}
 # Elementwise ops beyond the templates' own tables (``common.UNARY``/``BINARY``), in fp32
 # Triton. ``{0}`` is the value, ``{1}``, ``{2}`` the op's scalar settings, ``{t}`` a prefix for
 # temporaries; the last statement is the result. Each computes what PyTorch does.
@@ -123,7 +144,7 @@ MORE_ELEMENTWISE: dict[str, list[str]] = {
     "round_fp16": ["{0}.to(tl.float16).to(tl.float32)"],
 }
 ELEMENTWISE = set(common.UNARY) | set(common.BINARY) | set(MORE_ELEMENTWISE)
-REDUCTIONS = {"sum", "mean", "max"}
+REDUCTIONS = {"sum", "mean", "max", "min", "logsumexp"}
 # keyword arguments that do not change what an op computes
 HARMLESS_KWARGS = {"inplace", "_stacklevel", "non_blocking", "copy", "memory_format"}
 EXPRESSION_OPERATORS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
@@ -407,6 +428,14 @@ def _module_op(node: fx.Node, module: nn.Module, kind: str) -> Op | None:
         eps = f"{path}.eps" if module.eps is not None else "torch.finfo(x.dtype).eps"
         return Op(node, kind, (x,), {"ndim": len(module.normalized_shape), "eps": eps,
                                      "weight": f"{path}.weight" if module.weight is not None else None})
+    if kind in POOL_ARGS:
+        if len(node.args) != 1 or node.kwargs:
+            return None
+        return _pool_op(node, kind, POOL_DIMS[type(module)], {k: getattr(module, k, None) for k in POOL_ARGS[kind][1:]})
+    if kind == "group_norm":
+        return Op(node, kind, (x,), {"groups": f"{path}.num_groups", "eps": f"{path}.eps",
+                                     "weight": f"{path}.weight" if module.affine else None,
+                                     "bias": f"{path}.bias" if module.affine else None})
     if kind == "linear":
         return Op(node, kind, (x,), {"weight": f"{path}.weight",
                                      "bias": f"{path}.bias" if module.bias is not None else None})
@@ -455,6 +484,8 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         module = gm.get_submodule(str(node.target))
         kind = MODULES.get(type(module))
         return _module_op(node, module, kind) if kind else None
+    if node.op == "call_function" and node.target is torch.tensor:
+        return _number_tensor(node)
     if node.op == "call_function":
         kind = FUNCTIONS.get(node.target) or IN_PLACE_FUNCTIONS.get(node.target)
     else:
@@ -479,7 +510,7 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
     if kind in ("max", "min") and len(node.args) == 2 and is_tensor(node.args[1]):
         return Op(node, "maximum" if kind == "max" else "minimum", tuple(node.args))   # torch.max(a, b)
     if kind in REDUCTIONS and _kwargs_ok(node, {"dim", "keepdim"}):
-        return Op(node, kind, (x,), {"dim": as_dim(arg_of(node, 1, "dim")),
+        return Op(node, kind, (x,), {"dim": as_dim(arg_of(node, 1, "dim")), "dims": arg_of(node, 1, "dim"),
                                      "keepdim": bool(arg_of(node, 2, "keepdim", False))})
     if kind == "matmul":
         return Op(node, kind, (node.args[0], node.args[1]))
@@ -497,6 +528,15 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         return Op(node, kind, (x,), {"ndim": len(shape) if isinstance(shape, list | tuple) else 1,
                                      "weight": arg_of(node, 2, "weight"),
                                      "eps": arg_of(node, 3, "eps") or "torch.finfo(x.dtype).eps"})
+    if kind in POOL_ARGS:
+        names = POOL_ARGS[kind]
+        if set(node.kwargs) - set(names) or len(node.args) > len(names):
+            return None
+        given = {name: arg_of(node, i, name) for i, name in enumerate(names) if i}
+        return _pool_op(node, kind, POOL_DIMS[node.target], given)
+    if kind == "group_norm":
+        return Op(node, kind, (x,), {"groups": arg_of(node, 1, "num_groups"), "weight": arg_of(node, 2, "weight"),
+                                     "bias": arg_of(node, 3, "bias"), "eps": arg_of(node, 4, "eps", 1e-5)})
     if kind in CONVS:
         return _conv_op(node, kind)
     if kind == "dropout":
@@ -521,6 +561,48 @@ def _pow_op(node: fx.Node, x: Any) -> Op | None:
     if exponent in kinds:
         return Op(node, kinds[exponent], (x,))
     return Op(node, "pow", (x, exponent))
+
+
+def _number_tensor(node: fx.Node) -> Op | None:
+    """``torch.tensor(0.5, device=x.device)`` in forward, a 0-d operand (``torch.min(x,
+    torch.tensor(v))``): PyTorch's promotion treats it as the number it holds, so it is that
+    number; any other tensor made in forward is not a template's operand."""
+    value = node.args[0] if len(node.args) == 1 else None
+    dtype = node.kwargs.get("dtype")
+    if not is_number(value) or set(node.kwargs) - {"device", "dtype"} \
+            or dtype not in (None, torch.float32, torch.float64):
+        return None
+    return Op(node, "identity", (float(value) if dtype is not None else value,))
+
+
+def _sizes(value: Any, dims: int) -> tuple[int, ...] | None:
+    """A pooling size given as an int or a tuple of ``dims`` ints, as that tuple."""
+    if as_dim(value) is not None:
+        return (as_dim(value),) * dims
+    if isinstance(value, list | tuple) and len(value) == dims and all(as_dim(v) is not None for v in value):
+        return tuple(value)
+    return None
+
+
+def _pool_op(node: fx.Node, kind: str, dims: int, given: dict[str, Any]) -> Op | None:
+    """A pooling as its geometry (literal: the window unrolls), or a global average pool
+    (``AdaptiveAvgPool2d(1)``) as the mean over the spatial dims it is; None for what the pool
+    template does not port (``ceil_mode``, indices, a divisor override, other adaptive sizes)."""
+    x = node.args[0] if node.args else node.kwargs.get("input")
+    if kind == "adaptive_avg_pool":
+        if _sizes(given.get("output_size"), dims) != (1,) * dims:
+            return None
+        return Op(node, "mean", (x,), {"dim": None, "dims": tuple(range(-dims, 0)), "keepdim": True})
+    window = _sizes(given.get("kernel_size"), dims)
+    stride = window if given.get("stride") in (None, [], ()) else _sizes(given.get("stride"), dims)
+    padding = _sizes(given.get("padding") or 0, dims)
+    dilation = _sizes(given.get("dilation") or 1, dims)
+    if window is None or stride is None or padding is None or dilation is None or given.get("ceil_mode") \
+            or given.get("return_indices") or given.get("divisor_override") is not None:
+        return None
+    count = given.get("count_include_pad")
+    return Op(node, kind, (x,), {"dims": dims, "kernel": window, "stride": stride, "padding": padding,
+                                 "dilation": dilation, "count_include_pad": True if count is None else bool(count)})
 
 
 def _dropout_op(node: fx.Node, x: Any) -> Op | None:

@@ -94,6 +94,7 @@ class Graph:
         self.transposed: dict[fx.Node, tuple[Any, tuple[int, int]]] = {}   # transposed leaves
         self.ops: list[Op] = []
         self.unknown: list[str] = []               # why, for each node no template knows
+        self.inner_views: list[fx.Node] = []       # among those, views of computed values
         self.casts = False
         self.keep_casts = False
         output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
@@ -111,6 +112,13 @@ class Graph:
     @property
     def known(self) -> bool:
         return not self.unknown
+
+    @property
+    def cuttable(self) -> bool:
+        """Whether what no template knows is only views of computed values mid-graph: cut
+        there, such a view is a view of a stage's input, which a pipeline's next stage reads
+        like any operand view (``pipeline``)."""
+        return len(self.unknown) == len(self.inner_views)
 
     def _trailing(self, output: Any) -> set[fx.Node]:
         """The casts and views the graph ends with: they set the output's dtype and shape. A
@@ -209,6 +217,7 @@ class Graph:
             return None
         base = self.leaf(x)
         if base is None:
+            self.inner_views.append(node)
             return "a view of a computed value before further ops"
         call = self.call_expr(op.attrs["method"], op.attrs["args"], op.attrs["kwargs"])
         if call is None:
@@ -369,6 +378,8 @@ class Graph:
         return self.leaf(value)
 
     def _expr_node(self, node: fx.Node, names: dict[fx.Node, str] | None) -> str | None:
+        if node.op == "placeholder":
+            return self.names[node]              # a number the forward is given (``A * s``)
         if node.op == "get_attr":
             return f"self.{node.target}"         # a number the model holds (``self.bn.eps``)
         if node.op == "call_method" and METHODS.get(str(node.target)) == "size":

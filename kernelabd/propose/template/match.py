@@ -16,7 +16,18 @@ from torch import fx
 
 from kernelabd.propose.template.canon import CONVS, REDUCTIONS, Op, arg_of, as_dim, dtype_of, is_number
 from kernelabd.propose.template.graph import Graph
-from kernelabd.propose.templates import attention, common, conv, depthwise, elementwise, matmul, reduce, rowwise
+from kernelabd.propose.templates import (
+    attention,
+    common,
+    conv,
+    depthwise,
+    elementwise,
+    groupnorm,
+    matmul,
+    pool,
+    reduce,
+    rowwise,
+)
 
 
 @dataclass(frozen=True)
@@ -196,16 +207,23 @@ def _confirm_rms(g: Graph, x: fx.Node, dim: int, eps: float, weight: str | None)
     return got.shape == want.shape and bool(torch.allclose(got.double(), want, rtol=rtol, atol=atol))
 
 
+VALUES_AND_INDICES = (torch.max, "max", torch.min, "min")
+"""Reductions that return (values, indices) when given a dim."""
+
+
 def match_reduction(g: Graph, init: list[Any]) -> Match | None:
-    """sum/mean/amax over one dim or all of them, or ``torch.max(x, dim)[0]`` (values only), of
-    an input or of an elementwise chain before it (``mean((a - b) ** 2)``, a loss)."""
+    """sum/mean/amax/amin over one dim, neighbouring dims or all of them, or ``torch.max(x,
+    dim)[0]`` (values only), of an input or of an elementwise chain before it (``mean((a - b)
+    ** 2)``, a loss)."""
     found = _reduction_op(g)
     if found is None:
         return None
     k, op = found
-    every = arg_of(op.node, 1, "dim") is None
-    if op.attrs["dim"] is None and not every:
-        return None                  # several dims (a tuple): not one slice per output
+    dims, shape = op.attrs.get("dims"), g.shape(op.args[0])
+    every = dims is None
+    span = None if every or shape is None else _span(dims, len(shape))
+    if not every and span is None:
+        return None                  # dims apart (a tuple with a gap): not one slice per output
     head = g.ops[:k]
     if head:
         if g.resolve(g.strip(op.args[0])) is not head[-1].node:
@@ -214,14 +232,22 @@ def match_reduction(g: Graph, init: list[Any]) -> Match | None:
         arg = _prologue_arg(prologue)
     else:
         prologue, arg = None, g.loaded(op.args[0])
-    shape = g.shape(op.args[0])
     if arg is None or shape is None:
         return None
-    dim = None if every else op.attrs["dim"] % len(shape)
-    inner = False if dim is None else _inner_of(shape, dim + 1)
-    spec = reduce.Reduction(op.kind, arg, None if every else op.attrs["dim"], op.attrs["keepdim"], inner,
-                            prologue)
+    first, count = span or (None, 1)
+    inner = False if first is None else _inner_of(shape, first + count)
+    dim = op.attrs["dim"] if count == 1 and op.attrs["dim"] is not None else first   # as written: -1 follows the rank
+    spec = reduce.Reduction(op.kind, arg, dim, op.attrs["keepdim"], inner, prologue, count)
     return Match(*reduce.render(spec, g.signature, *init, tuple(o.kind for o in head)))
+
+
+def _span(dims: Any, rank: int) -> tuple[int, int] | None:
+    """(first dim, how many) of a reduction over one dim or neighbouring ones, None otherwise."""
+    listed = dims if isinstance(dims, list | tuple) else [dims]
+    if not listed or not all(isinstance(d, int) and not isinstance(d, bool) and -rank <= d < rank for d in listed):
+        return None
+    found = sorted({d % rank for d in listed})
+    return (found[0], len(found)) if found == list(range(found[0], found[0] + len(found))) else None
 
 
 def _reduction_op(g: Graph) -> tuple[int, Op] | None:
@@ -230,14 +256,42 @@ def _reduction_op(g: Graph) -> tuple[int, Op] | None:
         return None
     last = g.ops[-1]
     if last.kind in REDUCTIONS and g.out is last.node:
-        if last.node.target in (torch.max, "max") and arg_of(last.node, 1, "dim") is not None:
+        if last.node.target in VALUES_AND_INDICES and arg_of(last.node, 1, "dim") is not None:
             return None              # (values, indices) returned whole
         return len(g.ops) - 1, last
     if len(g.ops) < 2 or last.kind != "getitem" or g.out is not last.node:
         return None
     op = g.ops[-2]
-    values = op.kind in REDUCTIONS and op.node.target in (torch.max, "max") and last.args == (op.node, 0)
+    values = op.kind in REDUCTIONS and op.node.target in VALUES_AND_INDICES and last.args == (op.node, 0)
     return (len(g.ops) - 2, op) if values and op.attrs["dim"] is not None else None
+
+
+def match_group_norm(g: Graph, init: list[Any]) -> Match | None:
+    """GroupNorm of an input (in a pipeline, of the stage before's result), module or ``F.`` form."""
+    if len(g.ops) != 1 or g.ops[0].kind != "group_norm" or g.out is not g.ops[0].node:
+        return None
+    op = g.ops[0]
+    x, shape = g.loaded(op.args[0]), g.shape(op.args[0])
+    values = [op.attrs[k] for k in ("groups", "eps")]
+    groups, eps = (v if isinstance(v, str) else g.scalar(v) for v in values)
+    weight, bias = (g.loaded(op.attrs[k]) if op.attrs[k] is not None else None for k in ("weight", "bias"))
+    if x is None or not shape or len(shape) < 2 or groups is None or eps is None \
+            or (op.attrs["weight"] is not None and weight is None) or (op.attrs["bias"] is not None and bias is None):
+        return None
+    return Match(*groupnorm.render(groupnorm.GroupNorm(x, groups, eps, weight, bias), g.signature, *init))
+
+
+def match_pool(g: Graph, init: list[Any]) -> Match | None:
+    """Max or average pooling of an input (in a pipeline, of the stage before's result)."""
+    if len(g.ops) != 1 or g.ops[0].kind not in ("max_pool", "avg_pool") or g.out is not g.ops[0].node:
+        return None
+    op = g.ops[0]
+    x, shape = g.loaded(op.args[0]), g.shape(op.args[0])
+    if x is None or not shape or len(shape) < op.attrs["dims"] + 1:
+        return None
+    spec = pool.Pool(op.kind.removesuffix("_pool"), x, op.attrs["kernel"], op.attrs["stride"], op.attrs["padding"],
+                     op.attrs["dilation"], op.attrs["count_include_pad"])
+    return Match(*pool.render(spec, g.signature, *init))
 
 
 def match_elementwise(g: Graph, init: list[Any]) -> Match | None:
@@ -575,6 +629,7 @@ def find(g: Graph, init: list[Any], precision: str) -> Match | None:
                     lambda: match_matmul_rowwise(g, init, precision),
                     lambda: match_rowwise(g, init),
                     lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
+                    lambda: match_group_norm(g, init), lambda: match_pool(g, init),
                     lambda: match_elementwise(g, init)):
         found = attempt()
         if found is not None:

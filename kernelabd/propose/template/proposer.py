@@ -23,7 +23,7 @@ import torch
 from kernelabd.harness.problem import Sidecar
 from kernelabd.propose.base import Decline, JobContext, Proposal
 from kernelabd.propose.isolated import run_json
-from kernelabd.propose.template import match
+from kernelabd.propose.template import match, pipeline
 from kernelabd.propose.template.graph import Graph, NotRecognised, trace
 from kernelabd.propose.templates import common, cuda
 from kernelabd.propose.tune import params_of
@@ -88,7 +88,7 @@ def recognise_graph(source: str, constants: dict[str, Any] | None = None,
         g = trace(source, constants)
     except NotRecognised as exc:
         return Miss(f"{NO_MATCH}: {exc}")
-    if not g.known:
+    if not g.known and not g.cuttable:
         return Miss(f"{NO_MATCH}: {g.unknown[0]} is an op no template knows", g.unknown,
                     [op.kind for op in g.ops])
     return g
@@ -105,12 +105,17 @@ def match_graph(g: Graph, source: str, sidecar: Sidecar, exact: bool = False) ->
     if (why := g.widest_output()) is not None:
         return Miss(f"{NO_MATCH}: {why}", kinds=kinds)
     if sidecar.target == "cuda":
-        written = cuda.match(g, list(parts))
+        written = cuda.match(g, list(parts)) if g.known else None
         found = match.as_returned(g, match.Match(*written)) if written is not None else None
     else:
-        found = match.find(g, list(parts), _precision(sidecar, g.dtype, exact))
+        precision = _precision(sidecar, g.dtype, exact)
+        stages = pipeline.find(g, lambda part: match.find(part, list(parts), precision))
+        found = None if stages is None else stages[0][1] if len(stages) == 1 else \
+            pipeline.compose(stages, g.signature)
         if found is not None and found.dots == TF32X3:
             found = replace(found, edit=f"{found.edit}; 3xTF32 dots")
+    if found is None and not g.known:
+        return Miss(f"{NO_MATCH}: {g.unknown[0]} is an op no template knows", g.unknown, kinds)
     if found is None:
         return Miss(f"{NO_MATCH}: every op is known, but no template has this graph's shape "
                     f"({' → '.join(kinds) or 'no ops'})", kinds=kinds)

@@ -35,6 +35,7 @@ REDUCTIONS: dict[str, tuple[str, str, str]] = {     # kind -> (initial value, co
     "sum": ("0.f", "a + b", "acc"),
     "mean": ("0.f", "a + b", "acc / (float)n_cols"),
     "max": ("__int_as_float(0xff800000)", "fmaxf(a, b)", "acc"),
+    "min": ("__int_as_float(0x7f800000)", "fminf(a, b)", "acc"),
 }
 
 ROW_VALUES = {"BLOCK": [128, 256, 512, 1024]}
@@ -203,8 +204,8 @@ def match(g: Any, init: list[Any]) -> tuple[str, str] | None:
         op = ops[0]
         dim = op.attrs.get("dim")
         last = shape is not None and isinstance(dim, int) and dim % len(shape) == len(shape) - 1
-        if op.args[0] is not x or not last or op.node.target in (torch.max, "max"):   # max(): a tuple
-            return None
+        if op.args[0] is not x or not last or op.node.target in (torch.max, "max", torch.min, "min"):
+            return None         # not the last dim, or (values, indices)
         return render(Spec(op.kind, name, keepdim=bool(op.attrs.get("keepdim", False))), *init)
     steps: list[tuple[str, float | None, bool]] = []
     prev = x

@@ -1,4 +1,5 @@
-"""sum / mean / max over one dim or over all of them, of an input or of an elementwise prologue
+"""sum / mean / max / min / logsumexp over one dim, a run of neighbouring dims (``mean(x, (2,
+3))``, a global pool) or all of them, of an input or of an elementwise prologue
 (``mean((a - b) ** 2)``, computed as the slices are loaded), in one pass at any shape.
 
 The input is viewed as ``(outer, R, inner)``, as the row kernels view it (``rowwise``): a
@@ -21,10 +22,28 @@ from dataclasses import dataclass
 
 from kernelabd.propose.templates import common, rowwise
 
-OTHER = {"sum": "0.0", "mean": "0.0", "max": "-float('inf')"}
-STEP = {"sum": "acc = acc + x", "mean": "acc = acc + x", "max": "acc = tl.maximum(acc, x)"}
-FINISH = {"sum": "tl.sum(acc, axis=0)", "mean": "tl.sum(acc, axis=0)", "max": "tl.max(acc, axis=0)"}
-SCALE = {"sum": "", "mean": " / R", "max": ""}
+OTHER = {"sum": "0.0", "mean": "0.0", "max": "-float('inf')", "min": "float('inf')", "logsumexp": "-float('inf')"}
+LSE_STEP = ["m_new = tl.maximum(acc, x)",
+            "keep = tl.where(m_new == -float('inf'), 0.0, tl.exp(acc - m_new))",
+            "acc_s = acc_s * keep + tl.where(m_new == -float('inf'), 0.0, tl.exp(x - m_new))",
+            "acc = m_new"]
+"""An online logsumexp per accumulator element: the running maximum ``acc`` and the sum of
+``exp(x − acc)`` rescaled whenever the maximum grows (an all-``-inf`` run stays zero, not NaN)."""
+STEP = {"sum": ["acc = acc + x"], "mean": ["acc = acc + x"], "max": ["acc = tl.maximum(acc, x)"],
+        "min": ["acc = tl.minimum(acc, x)"], "logsumexp": LSE_STEP}
+FINISH = {"sum": ["res = tl.sum(acc, axis=0)"], "mean": ["res = tl.sum(acc, axis=0)"],
+          "max": ["res = tl.max(acc, axis=0)"], "min": ["res = tl.min(acc, axis=0)"],
+          "logsumexp": ["top = tl.max(acc, axis=0)",
+                        "part = tl.where(acc == -float('inf'), 0.0, tl.exp(acc - top[None, :]))",
+                        "res = top + tl.log(tl.sum(acc_s * part, axis=0))"]}
+SCALE = {"sum": "", "mean": " / R", "max": "", "min": "", "logsumexp": ""}
+COMBINE = {"max": ["acc = tl.maximum(acc, p)"], "min": ["acc = tl.minimum(acc, p)"],
+           "logsumexp": ["m_new = tl.maximum(acc, p)",
+                         "acc_s = acc_s * tl.where(m_new == -float('inf'), 0.0, tl.exp(acc - m_new)) + "
+                         "tl.where(m_new == -float('inf'), 0.0, tl.exp(p - m_new))",
+                         "acc = m_new"]}
+"""How a split reduction's partials combine: a logsumexp's partials are logsumexps of its
+pieces, combined as values of one more online logsumexp."""
 
 TUNE_VALUES = {"TILE": [512, 1024, 2048, 4096, 8192], "BLOCK_INNER": [16, 32, 64, 128, 256],
                "num_warps": [1, 2, 4, 8], "STAGES": [1, 2, 3], "SPLIT": [0, 1, 2, 4, 8, 16, 32]}
@@ -44,12 +63,13 @@ where 1024- or 4096-element tiles, 2 or 8 warps and 32- to 256-column blocks wer
 
 @dataclass
 class Reduction:
-    kind: str          # sum | mean | max
+    kind: str          # sum | mean | max | min | logsumexp
     arg: str           # forward argument reduced (with a prologue: the tensor whose device and dtype the result takes)
     dim: int | None    # None: every dim
     keepdim: bool
     inner: bool        # inner > 1 at the traced size (strided columns; the launch decides again)
     prologue: common.Chain | None = None   # elementwise ops whose result is reduced
+    span: int = 1      # neighbouring dims reduced, from ``dim`` on
 
 
 def _load(op: Reduction) -> list[str]:
@@ -72,12 +92,13 @@ def kernel(op: Reduction) -> str:
         "r_lo = tl.program_id(1) * r_split",
         "r_hi = tl.minimum(R, r_lo + r_split)",
         f"acc = tl.full((BLOCK_R, BLOCK_C), {OTHER[op.kind]}, tl.float32)",
+        "acc_s = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)",
         "for r0 in tl.range(r_lo, r_hi, BLOCK_R, num_stages=STAGES):",
         "    r = r0 + tl.arange(0, BLOCK_R)[:, None]",
         "    mask = (r < r_hi) & (c < cols)",
         *(f"    {line}" for line in _load(op)),
-        f"    {STEP[op.kind]}",
-        f"res = {FINISH[op.kind]}",
+        *(f"    {line}" for line in STEP[op.kind]),
+        *FINISH[op.kind],
         "cc = (blk % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)",
         "out_offs = (blk // col_blocks).to(tl.int64) * cols + cc",
         "if SPLIT > 1:",
@@ -98,13 +119,14 @@ COMBINE_BLOCK = 1024
 
 def combine_kernel(op: Reduction) -> str:
     """The partials of a split reduction, combined split by split in a fixed order."""
-    step = "acc = tl.maximum(acc, p)" if op.kind == "max" else "acc = acc + p"
     lines = ["o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
              "mask = o < n",
              f"acc = tl.full((BLOCK,), {OTHER[op.kind]}, tl.float32)",
+             "acc_s = tl.zeros((BLOCK,), dtype=tl.float32)",
              "for s in range(SPLIT):",
              "    p = tl.load(ws_ptr + s * n + o, mask=mask, other=0.0)",
-             f"    {step}",
+             *(f"    {line}" for line in COMBINE.get(op.kind, ["acc = acc + p"])),
+             *(["acc = acc + tl.log(acc_s)"] if op.kind == "logsumexp" else []),
              f"tl.store(out_ptr + o, acc{SCALE[op.kind]}, mask=mask)"]
     return ("\n\n@triton.jit\ndef combine_kernel(out_ptr, ws_ptr, n, R, SPLIT: tl.constexpr, BLOCK: tl.constexpr):\n"
             + "".join(f"    {line}\n" for line in lines))
@@ -120,8 +142,8 @@ def forward(op: Reduction, signature: str) -> str:
         span = "    first, end = 0, len(shape)\n"
         kept = "(1,) * len(shape)" if op.keepdim else "()"
     else:
-        span = f"    first = {op.dim} % len(shape)\n    end = first + 1\n"
-        kept = "shape[:first] + (1,) + shape[end:]" if op.keepdim else "shape[:first] + shape[end:]"
+        span = f"    first = {op.dim} % len(shape)\n    end = first + {op.span}\n"
+        kept = f"shape[:first] + (1,) * {op.span} + shape[end:]" if op.keepdim else "shape[:first] + shape[end:]"
     return f'''
 def forward(self, {signature}):
 {setup}{span}    out = torch.empty({kept}, device={op.arg}.device, dtype={op.arg}.dtype)
@@ -162,7 +184,8 @@ def _split(blocks: int, steps: int, sms: int) -> int:
 def render(op: Reduction, signature: str, imports: list[str], init: str,
            ops: tuple[str, ...] = ()) -> tuple[str, str]:
     """(candidate source, one-line edit description); ``ops`` names the prologue's ops."""
-    over = "every dim" if op.dim is None else f"dim {op.dim}"
+    over = "every dim" if op.dim is None else f"dim {op.dim}" if op.span == 1 else \
+        f"dims {op.dim}-{op.dim + op.span - 1}"
     source = (common.header(f"Template: {op.kind} over {over} in one pass, fp32 accumulation "
                             f"({'strided columns' if op.inner else 'rows'}; R split across programs "
                             "when the outputs are few).", imports)

@@ -1,0 +1,32 @@
+"""The GroupNorm template (module and ``F.`` forms, with and without the affine map), alone and
+as a pipeline's stage after a transposed convolution or a matmul; each passes the real gate on
+CPU (Triton interpreter)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelabd.propose.template.proposer import instantiate
+from tests.gating import assert_passes, gate
+from tests.propose.test_template import reference
+
+# name -> (init, forward, inputs): GroupNorm, alone and where KernelBench level 2 puts it (after a
+# convolution or a matmul, before an elementwise tail)
+GROUP_NORMS = {
+    "module_affine": ("self.gn = nn.GroupNorm(2, 6)\n", "return self.gn(x)", "torch.randn(3, 6, 5, 7)"),
+    "functional_no_affine": ("", "return F.group_norm(x, 3, eps=1e-3)", "torch.randn(2, 6, 9)"),
+    "conv_gelu_groupnorm": ("self.conv = nn.ConvTranspose2d(3, 8, 3, stride=2)\nself.gn = nn.GroupNorm(4, 8)\n",
+                            "return self.gn(F.gelu(self.conv(x)))", "torch.randn(2, 3, 5, 6)"),
+    "linear_groupnorm_hardtanh": ("self.fc = nn.Linear(10, 16)\nself.gn = nn.GroupNorm(4, 16)\n",
+                                  "return F.hardtanh(self.gn(self.fc(x)), -2.0, 2.0)", "torch.randn(8, 10)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORMS))
+def test_group_norm_passes_the_gate(tmp_path, name):
+    init, forward, inputs = GROUP_NORMS[name]
+    source = reference(f"def forward(self, x):\n    {forward}\n", init=init, inputs=inputs)
+    found = instantiate(source)
+    assert found is not None and "GroupNorm (a program a group" in found.edit, found.edit if found else None
+    result = gate(tmp_path, name, source, None, found.source)
+    assert_passes(result)

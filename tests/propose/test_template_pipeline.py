@@ -1,0 +1,114 @@
+"""Template pipelines: graphs no one template covers (a convolution or matmul followed by a
+softmax, a norm or a reduction, and what follows those) are cut into stages that one template
+each computes, and the composed candidate passes the real gate on CPU (Triton interpreter);
+a graph whose later ops need a value from inside an earlier stage gets no pipeline. Shapes are
+KernelBench level 2's, at tiny sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelabd.propose.template.proposer import attempt, instantiate
+from kernelabd.propose.tune import apply_edit, parse_tunables
+from tests.gating import assert_passes, gate
+from tests.propose.test_template import reference
+
+# name -> (init, forward, inputs, init arguments and values, the stages the edit names in order)
+PIPELINES = {
+    "conv_transpose2d_softmax_sigmoid": (   # KernelBench L2 #91
+        "self.conv = nn.ConvTranspose2d(c_in, c_out, 3, stride=2, padding=1, output_padding=1)\n"
+        "self.bias = nn.Parameter(torch.randn(c_out, 1, 1))\n",
+        "def forward(self, x):\n    x = self.conv(x)\n    x = torch.softmax(x, dim=1)\n"
+        "    x = x + self.bias\n    x = x * 2.0\n    return torch.sigmoid(x)\n",
+        "torch.randn(2, 3, 5, 6)", (", c_in, c_out", "3, 6"),
+        ["conv_transpose2d", "softmax", "elementwise chain of 3 ops (add → mul → sigmoid)"]),
+    "linear_sigmoid_sum": (                 # L2 #56
+        "self.linear = nn.Linear(d_in, d_out)\n",
+        "def forward(self, x):\n    x = torch.sigmoid(self.linear(x))\n    return torch.sum(x, dim=1, keepdim=True)\n",
+        "torch.randn(6, 10)", (", d_in, d_out", "10, 12"),
+        ["matmul (linear + bias + sigmoid)", "sum over dim 1"]),
+    "matmul_div_sum_scale": (               # L2 #14
+        "self.weight = nn.Parameter(torch.randn(d_out, d_in))\n",
+        "def forward(self, x):\n    x = torch.matmul(x, self.weight.T)\n    x = x / 2\n"
+        "    x = torch.sum(x, dim=1, keepdim=True)\n    return x * 1.5\n",
+        "torch.randn(6, 10)", (", d_in, d_out", "10, 12"),
+        ["matmul (matmul + div)", "sum over dim 1", "elementwise chain of 1 ops (mul)"]),
+    "conv3d_instancenorm_max": (            # L2 #79
+        "self.conv = nn.Conv3d(c_in, c_out, 3)\nself.norm = nn.InstanceNorm3d(c_out)\n"
+        "self.scale = nn.Parameter(torch.randn(c_out, 1, 1, 1))\n",
+        "def forward(self, x):\n    x = self.conv(x) * self.scale\n    x = self.norm(x)\n"
+        "    x = torch.clamp(x, -1.0, 1.0) * self.scale\n    return torch.max(x, dim=1)[0]\n",
+        "torch.randn(2, 3, 6, 5, 6)", (", c_in, c_out", "3, 4"),
+        ["conv3d (conv3d + bias + mul)", "LayerNorm", "max over dim 1 of an elementwise prologue"]),
+    "linear_maxpool_of_a_view_sum": (       # L2 #55: views of a stage's result between stages
+        "self.linear = nn.Linear(d_in, d_out)\nself.pool = nn.MaxPool1d(2)\n",
+        "def forward(self, x):\n    x = self.pool(self.linear(x).unsqueeze(1)).squeeze(1)\n"
+        "    return torch.sum(x, dim=1) * 0.5\n",
+        "torch.randn(6, 10)", (", d_in, d_out", "10, 12"),
+        ["matmul (linear + bias)", "max pool 1-D, window 2", "sum over dim 1", "(mul)"]),
+    "conv_transpose_min_of_a_number_tensor": (    # L2 #93: torch.tensor(0.0) made in forward
+        "self.conv = nn.ConvTranspose2d(c_in, c_out, 3, stride=2)\n",
+        "def forward(self, x):\n    x = self.conv(x) + 0.5\n    x = torch.min(x, torch.tensor(0.0, device=x.device))\n"
+        "    return torch.softmax(F.gelu(x), dim=1)\n",
+        "torch.randn(2, 3, 5, 6)", (", c_in, c_out", "3, 6"),
+        ["conv_transpose2d (conv_transpose2d + bias + add + minimum + gelu)", "softmax"]),
+    "sdpa_plus_the_query": (                # attention, then a residual of an input
+        "", "def forward(self, q, k, v):\n    return q + F.scaled_dot_product_attention(q, k, v)\n",
+        "torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)", ("", ""),
+        ["attention (scaled_dot_product_attention", "elementwise chain of 1 ops (add)"]),
+    "linear_softmax_times_an_input": (      # the tail reads an input beside the stage's result
+        "self.linear = nn.Linear(d_in, d_out)\n",
+        "def forward(self, x, y):\n    return torch.softmax(self.linear(x), dim=-1).sum(dim=0) * y\n",
+        "torch.randn(6, 10), torch.randn(12)", (", d_in, d_out", "10, 12"),
+        ["matmul (linear + bias) with fused epilogue, then softmax", "sum over dim 0",
+         "elementwise chain of 1 ops (mul)"]),
+}
+
+
+def pipeline_reference(name: str) -> str:
+    init, forward, inputs, (args, values), _ = PIPELINES[name]
+    return reference(forward, init=init, init_args=args, inputs=inputs, init_values=values)
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_a_pipeline_of_templates_passes_the_gate(tmp_path, name):
+    source = pipeline_reference(name)
+    found = instantiate(source)
+    assert found is not None, f"no pipeline for {name}"
+    assert found.edit.startswith("template: pipeline of ")
+    stages = found.edit.removeprefix("template: pipeline of ").split(" → ")
+    for want in PIPELINES[name][4]:
+        assert any(want in s for s in stages) or want in found.edit, (want, found.edit)
+    names = [t.name for t in parse_tunables(found.source)]
+    assert len(names) == len(set(names)) and any(n.startswith("s1_") for n in names), \
+        "each later stage's tunables are its own, renamed"
+    assert_passes(gate(tmp_path, name, source, None, found.source))
+
+
+def test_a_tail_that_needs_a_value_from_inside_the_head_gets_no_pipeline():
+    """``softmax(relu(h)) + h``: the add reads the convolution's result, which no stage but the
+    first sees, so no cut gives a pipeline and the graph matches nothing."""
+    source = reference("def forward(self, x):\n    h = self.conv(x)\n"
+                       "    return torch.softmax(torch.relu(h), dim=1) + h\n",
+                       init="self.conv = nn.Conv2d(3, 4, 3)\n", inputs="torch.randn(2, 3, 6, 6)")
+    found = attempt(source)
+    assert not hasattr(found, "source"), found.edit
+    assert "no template has this graph's shape" in found.reason
+
+
+def test_the_tuner_moves_a_later_stage_apart_and_every_start_sets_every_tunable(tmp_path):
+    """A pipeline's ``TUNABLES`` are its stages', renamed: a later stage's block size is edited
+    without touching the head's, the edited candidate still passes, and each merged start (the
+    head's and the tail's) sets every tunable, the other stages at their current values."""
+    source = pipeline_reference("linear_sigmoid_sum")
+    found = instantiate(source)
+    tunables = {t.name: t for t in parse_tunables(found.source)}
+    assert {"BLOCK_M", "s1_TILE", "s1_num_warps"} <= set(tunables)
+    namespace: dict = {}
+    exec(compile("\n".join(line for line in found.source.splitlines() if line.startswith("STARTS = ")),
+                 "<starts>", "exec"), namespace)
+    assert namespace["STARTS"] and all(set(start) == set(tunables) for start in namespace["STARTS"])
+    tile = tunables["s1_TILE"]
+    edited = apply_edit(found.source, tile, next(v for v in tile.values if v != tile.current))
+    assert parse_tunables(edited)[0].current == tunables["BLOCK_M"].current
+    assert_passes(gate(tmp_path, "edited", source, None, edited))
