@@ -15,7 +15,7 @@ import torch
 
 from kernelabd.harness.problem import Sidecar, load_sidecar
 from kernelabd.propose.base import Budget, Candidate, Decline, JobContext, Proposal
-from kernelabd.propose.template.proposer import NO_MATCH, TemplateProposer
+from kernelabd.propose.template.proposer import NO_MATCH, TemplateProposer, instantiate
 from kernelabd.propose.templates.matmul import PACK_HELPER
 from kernelabd.propose.tune import parse_tunables
 from tests.gating import assert_passes, gate
@@ -34,6 +34,16 @@ def reference(forward: str, init: str = "", init_args: str = "", inputs: str = "
         f"        super(Model, self).__init__()\n{body}\n{method}\n\n"
         f"def get_inputs():\n    return [{inputs}]\n\n\n"
         f"def get_init_inputs():\n    return [{init_values}]\n")
+
+
+def assert_ported(tmp_path: Path, name: str, init: str, forward: str, inputs: str, edit: str) -> str:
+    """The template candidate of ``return …`` (``forward``, its body) names ``edit`` and passes
+    the real gate; its source, for further checks."""
+    source = reference(f"def forward(self, x):\n    {forward}\n", init=init, inputs=inputs)
+    found = instantiate(source)
+    assert found is not None and edit in found.edit, found.edit if found else None
+    assert_passes(gate(tmp_path, name, source, None, found.source))
+    return found.source
 
 
 # name -> (reference source, sidecar, words the edit line must contain)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.propose.template.proposer import instantiate
-from tests.gating import assert_passes, gate
-from tests.propose.test_template import reference
+from tests.propose.test_template import assert_ported
 
 # name -> (init, forward, inputs): GroupNorm, alone and where KernelBench level 2 puts it (after a
 # convolution or a matmul, before an elementwise tail)
@@ -24,9 +22,4 @@ GROUP_NORMS = {
 
 @pytest.mark.parametrize("name", sorted(GROUP_NORMS))
 def test_group_norm_passes_the_gate(tmp_path, name):
-    init, forward, inputs = GROUP_NORMS[name]
-    source = reference(f"def forward(self, x):\n    {forward}\n", init=init, inputs=inputs)
-    found = instantiate(source)
-    assert found is not None and "GroupNorm (a program a group" in found.edit, found.edit if found else None
-    result = gate(tmp_path, name, source, None, found.source)
-    assert_passes(result)
+    assert_ported(tmp_path, name, *GROUP_NORMS[name], "GroupNorm (a program a group")

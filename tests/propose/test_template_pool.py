@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.propose.template.proposer import attempt, instantiate
-from tests.gating import assert_passes, gate
-from tests.propose.test_template import reference
+from kernelabd.propose.template.proposer import attempt
+from tests.propose.test_template import assert_ported, reference
 
 # name -> (init, forward, inputs, the edit): pooling, alone and after a convolution, as KernelBench
 # writes it (levels 1 and 2)
@@ -33,11 +32,7 @@ POOLS = {
 
 @pytest.mark.parametrize("name", sorted(POOLS))
 def test_pooling_passes_the_gate(tmp_path, name):
-    init, forward, inputs, edit = POOLS[name]
-    source = reference(f"def forward(self, x):\n    {forward}\n", init=init, inputs=inputs)
-    found = instantiate(source)
-    assert found is not None and edit in found.edit, found.edit if found else None
-    assert_passes(gate(tmp_path, name, source, None, found.source))
+    assert_ported(tmp_path, name, *POOLS[name])
 
 
 def test_pooling_with_ceil_mode_or_indices_matches_nothing():

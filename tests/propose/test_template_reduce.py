@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernelabd.propose.template.proposer import attempt, instantiate
-from tests.gating import assert_passes, gate
-from tests.propose.test_template import reference
+from kernelabd.propose.template.proposer import attempt
+from tests.propose.test_template import assert_ported, reference
 
 # name -> (forward, inputs, the edit): reductions a pipeline's tail ends with in KernelBench level
 # 2 (a minimum over channels, a global average pool as a mean over neighbouring dims)
@@ -30,11 +29,7 @@ REDUCTIONS = {
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
 def test_minimum_and_neighbouring_dim_reductions_pass_the_gate(tmp_path, name):
     forward, inputs, edit = REDUCTIONS[name]
-    source = reference(f"def forward(self, x):\n    {forward}\n", init="self.conv = nn.Conv2d(3, 4, 3)\n",
-                       inputs=inputs)
-    found = instantiate(source)
-    assert found is not None and edit in found.edit, found.edit if found else None
-    assert_passes(gate(tmp_path, name, source, None, found.source))
+    assert_ported(tmp_path, name, "self.conv = nn.Conv2d(3, 4, 3)\n", forward, inputs, edit)
 
 
 def test_reductions_over_dims_apart_match_nothing():
@@ -58,8 +53,4 @@ LOGSUMEXPS = {
 
 @pytest.mark.parametrize("name", sorted(LOGSUMEXPS))
 def test_logsumexp_passes_the_gate(tmp_path, name):
-    init, forward, inputs = LOGSUMEXPS[name]
-    source = reference(f"def forward(self, x):\n    {forward}\n", init=init, inputs=inputs)
-    found = instantiate(source)
-    assert found is not None and "logsumexp over dim" in found.edit, found.edit if found else None
-    assert_passes(gate(tmp_path, name, source, None, found.source))
+    assert_ported(tmp_path, name, *LOGSUMEXPS[name], "logsumexp over dim")
