@@ -138,27 +138,43 @@ def test_generated_port_passes_the_real_gate(proposed, tmp_path, name):
     assert_passes(gate(tmp_path, name, source, sidecar, proposal.source))
 
 
-@pytest.mark.parametrize("name", ["softmax", "gelu_gate"])
-def test_sizes_as_compile_time_constants_are_a_tunable_that_passes_the_gate(proposed, tmp_path, name):
-    """CONST_SIZES = 1 launches the kernel's copy whose sizes are tl.constexpr: compiled once
-    per shape, it serves every gate shape and one never generated for, as the dynamic one does."""
-    proposal, reason = proposed[name]
+def test_the_timed_shape_runs_kernels_specialised_to_it_and_the_others_a_dynamic_copy(proposed, tmp_path):
+    """torch.compile of the reference compiles its shape statically: sizes baked in, masks and
+    loops it does not need dropped. The port's ``call`` is that compile's; the gate's other
+    shapes (and any other) go to ``call_any``, compiled with symbolic sizes. A ``call_any``
+    that raises passes at the timed shape and fails at the others: each path serves its own."""
+    proposal, reason = proposed["softmax"]
     assert proposal is not None, reason
-    assert proposal.params is not None and proposal.params["CONST_SIZES"] == 0, "Inductor's own kernel first"
-    assert re.search(r"def triton_\w+_sized\(.*xnumel: tl\.constexpr", proposal.source)
-    sized = re.sub(r"^CONST_SIZES = 0$", "CONST_SIZES = 1", proposal.source, flags=re.M)
-    assert sized != proposal.source
-    source, sidecar = JOBS[name]
-    assert_passes(gate(tmp_path, name, source, (sidecar or "") + UNSEEN, sized))
+    assert "specialised to the timed shape" in proposal.edit
+    src = proposal.source
+    assert re.search(r"^    xnumel = 16$", src, re.M), "the specialised kernel bakes the timed shape's rows in"
+    assert "def call(args, device):" in src and "def call_any(args, device):" in src
+    assert not any(t.name.endswith("_any") for t in parse_tunables(src)), "only the timed kernels are tuned"
+    broken = src.replace("def call_any(args, device):",
+                         "def call_any(args, device):\n    raise RuntimeError('the dynamic copy ran')\n\n\n"
+                         "def _unused(args, device):")
+    source, sidecar = JOBS["softmax"]
+    assert_passes(gate(tmp_path, "softmax", source, None, broken))
+    result = gate(tmp_path, "softmax", source, sidecar, broken)
+    assert result["verdict"] != "pass" and "the dynamic copy ran" in json.dumps(result)
 
 
-def test_reductions_launch_with_explicit_tunable_blocks(proposed):
+def test_a_single_gate_shape_gets_only_the_specialised_kernels(proposed):
+    proposal, reason = proposed["layernorm"]
+    assert proposal is not None, reason
+    assert "call_any" not in proposal.source and "specialised" not in proposal.edit
+
+
+def test_reductions_launch_with_explicit_blocks(proposed):
+    """The timed softmax keeps its 1000-wide rows whole in registers (a persistent reduction,
+    XBLOCK rows a program: tunable); the dynamic copy loops over a row with literal blocks."""
     proposal, _ = proposed["softmax"]
     assert proposal is not None
     src = proposal.source
-    assert proposal.params is not None and {"XBLOCK", "R0_BLOCK", "num_warps", "num_stages"} <= set(proposal.params)
+    assert proposal.params is not None and set(proposal.params) == {"XBLOCK", "num_warps"}
     assert "grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)" in src
-    assert "XBLOCK=XBLOCK, R0_BLOCK=R0_BLOCK, num_warps=num_warps, num_stages=num_stages" in src
+    assert "XBLOCK=XBLOCK, num_warps=num_warps, num_stages=1)" in src
+    assert re.search(r"triton_red_\w+_any\[grid\]\(.*XBLOCK=\d+, R0_BLOCK=\d+, num_warps=\d+, num_stages=\d+\)", src)
     assert "def th_max2(a, dim)" in src           # Inductor's helper, copied in and renamed
 
 
@@ -175,12 +191,19 @@ def test_extern_matmul_is_declined_with_its_reason(proposed):
     assert reason is not None and "extern_kernels.mm" in reason and "PyTorch compute" in reason
 
 
-def test_sizes_specialised_differently_per_gate_shape_are_declined(proposed):
-    """nn.LayerNorm(features) bakes ``features`` into the kernels; the gate also checks
-    features = 769, so one port cannot serve both and none is proposed."""
+def test_sizes_baked_differently_per_gate_shape_get_kernels_specialised_to_each_shape(proposed, tmp_path):
+    """nn.LayerNorm(features) bakes ``features`` into the kernels and the gate also checks
+    features = 769, so no one copy with symbolic sizes serves both shapes: each gate shape gets
+    kernels specialised to it, and the port passes the gate. A shape none was generated for is
+    a clear error, never kernels indexing with sizes they were not made for."""
     proposal, reason = proposed["layernorm_extra_shape"]
-    assert proposal is None
-    assert reason is not None and "specialises" in reason and "769" in reason
+    assert proposal is not None, reason
+    src = proposal.source
+    assert "def call_s1(args, device):" in src and "call_any" not in src
+    source, sidecar = JOBS["layernorm_extra_shape"]
+    assert_passes(gate(tmp_path, "layernorm", source, sidecar, src))
+    unseen = gate(tmp_path, "layernorm", source, f"{sidecar}\n[[extra_shapes]]\nbatch_size = 3\nfeatures = 100\n", src)
+    assert unseen["verdict"] != "pass" and "generated for the gate's shapes only" in json.dumps(unseen)
 
 
 def test_a_graph_break_is_declined(proposed):
@@ -249,8 +272,7 @@ def test_cuda_output_becomes_explicit_launches(tmp_path):
     p = port(cuda_capture("center_cuda.txt", CENTER_ARGS), CENTER, False, helper_sources)
     assert_standalone(p.source)
     assert p.kernels == ["triton_red_fused_mean_0", "triton_poi_fused_mean_sub_1"]
-    assert set(p.defaults) == {"XBLOCK_0", "R0_BLOCK_0", "num_warps_0", "num_stages_0", "XBLOCK_1", "num_warps_1",
-                              "CONST_SIZES_0", "CONST_SIZES_1"}
+    assert set(p.defaults) == {"XBLOCK_0", "R0_BLOCK_0", "num_warps_0", "num_stages_0", "XBLOCK_1", "num_warps_1"}
     assert "launch_triton_red_fused_mean_0(arg2_1, buf0, s27, s27, s77)" in p.source
     assert "buf1 = _empty((s77, s27), (s27, 1), torch.float32, device)" in p.source
     assert_passes(gate(tmp_path, "center", CENTER, "[[extra_shapes]]\nrows = 7\ncols = 33\n", p.source))
@@ -299,7 +321,7 @@ def test_max_autotune_choices_are_where_the_tunables_start():
     capture = Capture((FIXTURES / "center_cuda.txt").read_text(), CENTER_ARGS, "tensor", 1, "cuda:0", chosen)
     p = port(capture, CENTER, False, helper_sources, "max-autotune")
     assert p.defaults == {"XBLOCK_0": 2, "R0_BLOCK_0": 128, "num_warps_0": 8, "num_stages_0": 3,
-                          "XBLOCK_1": 512, "num_warps_1": 2, "CONST_SIZES_0": 0, "CONST_SIZES_1": 0}
+                          "XBLOCK_1": 512, "num_warps_1": 2}
     assert all(value in p.tunables[name] for name, value in p.defaults.items())
 
 

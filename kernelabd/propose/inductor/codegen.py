@@ -187,14 +187,17 @@ def chosen_configs(code: str, names: list[str]) -> dict[str, dict[str, int]]:
     return found
 
 
-def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEFAULT) -> Capture:
+def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEFAULT, *,
+            dynamic: bool = False, run: bool | None = None) -> Capture:
     """Run TorchInductor on the reference at one shape and take its output code (in-process:
-    call it only from the codegen subprocess). On a GPU the compiled graph is run once, so that
-    Inductor benchmarks its choices on the device (max-autotune's, and in the default mode the
-    few launch configurations its heuristics give a reduction), and what it chose comes back
-    with the code (``Capture.configs``): without them, the default mode's softmax port ran at
-    0.59x of the job's incumbent where torch.compile's own kernel was 1.10x eager (bench/port,
-    2026-12-03). On a CPU job the code is taken before anything runs."""
+    call it only from the codegen subprocess). ``dynamic``: compile with symbolic sizes, so
+    that the code serves other shapes too; otherwise the kernels are specialised to this shape,
+    as ``torch.compile`` of the reference is. By default (``run``) on a GPU the compiled graph
+    is run once, so that Inductor benchmarks its choices on the device (max-autotune's, and in
+    the default mode the few launch configurations its heuristics give a reduction), and what
+    it chose comes back with the code (``Capture.configs``): without them, the default mode's
+    softmax port ran at 0.59x of the job's incumbent where torch.compile's own kernel was 1.10x
+    eager (bench/port, 2026-12-03). On a CPU job the code is taken before anything runs."""
     import torch
     import torch._dynamo
     from torch._inductor.compile_fx import compile_fx
@@ -220,7 +223,8 @@ def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEF
         seen["gm"] = gm
         return compile_fx(gm, example_inputs)
 
-    run = mode == MAX_AUTOTUNE or device.startswith("cuda")
+    if run is None:
+        run = mode == MAX_AUTOTUNE or device.startswith("cuda")
 
     def hook(code: str) -> None:
         seen["code"] = code
@@ -231,7 +235,7 @@ def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEF
     with torch.no_grad():
         eager = model(*inputs)
         try:
-            compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=True)
+            compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
             compiled(*inputs)
             if run:      # the first call autotuned; a second runs what it chose
                 compiled(*inputs)
@@ -257,12 +261,13 @@ def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEF
                     and torch.equal(value, example)):
                 raise Unsupported(f"graph input {expr} is not the tensor Dynamo saw")
             contiguous = expr in params and value.is_contiguous()
-            args.append(Arg(expr, "tensor", contiguous))
+            passed = value.contiguous() if contiguous else value
+            args.append(Arg(expr, "tensor", contiguous, (tuple(passed.shape), tuple(passed.stride()))))
         else:
             hint = example.node.hint if isinstance(example, torch.SymInt) else example
             if value != hint:
                 raise Unsupported(f"graph input {expr} is {value}, Dynamo saw {hint}")
-            args.append(Arg(expr, "int"))
+            args.append(Arg(expr, "int", seen=int(value)))
     graph_out = seen["gm"](*values)
     graph_out = list(graph_out) if isinstance(graph_out, tuple | list) else [graph_out]
     if len(graph_out) != len(outs) or not all(
@@ -273,7 +278,7 @@ def capture(source: str, device: str, constants: dict[str, Any], mode: str = DEF
     kind = "tensor" if isinstance(eager, torch.Tensor) else type(eager).__name__
     configs = chosen_configs(seen["code"], _kernel_names(seen["code"])) if run else {}
     return Capture(code=seen["code"], args=tuple(args), output=kind, n_outputs=len(outs),
-                   device=device, configs=configs)
+                   device=device, configs=configs, dynamic=dynamic)
 
 
 def _kernel_names(code: str) -> list[str]:
@@ -281,27 +286,52 @@ def _kernel_names(code: str) -> list[str]:
 
 
 def generate(source: str, device: str, shapes: list[dict[str, Any]], mode: str = DEFAULT) -> dict[str, Any]:
-    """Capture and port the reference at every gate shape; the first shape's port when they all
-    agree (in-process: call it only from the codegen subprocess)."""
+    """The port of the reference (in-process: call it only from the codegen subprocess): its
+    kernels specialised to the first shape, the one timed, as ``torch.compile`` of it would
+    be, and for the gate's other shapes ``fallbacks``."""
     if mode == MAX_AUTOTUNE and not device.startswith("cuda"):
         return {"declined": "max-autotune benchmarks its choices on a GPU; there is none on a CPU job"}
     _configure(device.split(":")[0] if device.startswith("cuda") else device, mode)
     interpreter = device == "cpu"
+    try:
+        main = capture(source, device, shapes[0], mode)
+        p = port(main, source, interpreter, helper_sources, mode, fallbacks(source, device, shapes, mode))
+    except Unsupported as exc:
+        return {"declined": str(exc)}
+    return {"source": p.source, "edit": p.edit, "kernels": p.kernels}
+
+
+def fallbacks(source: str, device: str, shapes: list[dict[str, Any]], mode: str) -> list[Capture]:
+    """What serves the gate's shapes after the first: one capture with symbolic sizes where its
+    port is the same at every gate shape (it then serves any shape); else, where Inductor bakes
+    a size that the shapes change (``nn.LayerNorm(features)``), one specialised capture a shape,
+    and the port refuses any other shape with a clear error. Taken without running the graph
+    where only the default mode's launch choices would come of it: they are never timed."""
+    if len(shapes) < 2:
+        return []
+    interpreter = device == "cpu"
     first: Port | None = None
-    for i, constants in enumerate(shapes):
+    dynamic: Capture | None = None
+    for constants in shapes:
         try:
-            p = port(capture(source, device, constants, mode), source, interpreter, helper_sources, mode)
-        except Unsupported as exc:
-            where = f" (at gate shape {constants})" if i else ""
-            return {"declined": f"{exc}{where}"}
+            cap = capture(source, device, constants, mode, dynamic=True, run=mode == MAX_AUTOTUNE)
+            p = port(cap, source, interpreter, helper_sources, mode)
+        except Unsupported:
+            break
         if first is None:
-            first = p
+            first, dynamic = p, cap
         elif p.body != first.body or set(p.tunables) != set(first.tunables):
-            return {"declined": f"Inductor specialises its kernels on sizes that differ between the "
-                                f"gate's shapes ({shapes[0] or 'defaults'} vs {constants}); one port "
-                                "would fail the other"}
-    assert first is not None
-    return {"source": first.source, "edit": first.edit, "kernels": first.kernels}
+            break
+    else:
+        assert dynamic is not None
+        return [dynamic]
+    specialised = []
+    for constants in shapes[1:]:
+        try:
+            specialised.append(capture(source, device, constants, mode, run=mode == MAX_AUTOTUNE))
+        except Unsupported as exc:
+            raise Unsupported(f"{exc} (at gate shape {constants})") from exc
+    return specialised
 
 
 def _main() -> int:

@@ -66,14 +66,6 @@ class Launch:
 
 WARPS = [1, 2, 4, 8, 16]
 STAGES = [1, 2, 3, 4, 5]
-CONST_SIZES = "CONST_SIZES"
-"""The tunable that launches a kernel's copy whose size arguments (``xnumel``, ``r0_numel``,
-``ks0``…) are ``tl.constexpr``: Inductor compiles the reference with dynamic shapes so one
-port serves every gate shape, and its kernels then read sizes and strides at run time, where
-``torch.compile`` of one shape bakes them in. Triton compiles the copy once per size it sees,
-so the port keeps every shape and gets a static shape's code; the screen times which pays."""
-
-
 def launch_config(kernel: Kernel) -> Launch:
     """The kernel's launch defaults and the tuner's space around them. A template's are what
     Inductor's autotuning chose (block sizes stay in its body, since the wrapper's grid follows
@@ -87,32 +79,7 @@ def launch_config(kernel: Kernel) -> Launch:
     hinted = _hinted_config(kernel)
     chosen = {k: int(v) for k, v in kernel.launch.items() if k in hinted.defaults}
     spaces = {k: sorted({*space, chosen[k]}) if k in chosen else space for k, space in hinted.spaces.items()}
-    defaults = {**hinted.defaults, **chosen}
-    if size_params(kernel):
-        defaults[CONST_SIZES], spaces[CONST_SIZES] = 0, [0, 1]
-    return Launch(defaults, spaces)
-
-
-def size_params(kernel: Kernel) -> list[str]:
-    """The kernel's integer run-time arguments that its body reads as given: every one that is
-    not a pointer (Dynamo specialises floats, so what is left are sizes and strides), less those
-    a static capture assigns in the body (``xnumel = 16``), which are constants already."""
-    fn = parse(kernel.text).body[0]
-    assigned = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
-    return [p for p in kernel.runtime_params if "ptr" not in p and p not in assigned]
-
-
-def sized_text(kernel: Kernel) -> str:
-    """The kernel's source as ``{name}_sized``, its size arguments ``tl.constexpr``."""
-    fn = parse(kernel.text).body[0]
-    assert isinstance(fn, ast.FunctionDef)
-    fn.name = f"{kernel.name}_sized"
-    sizes = set(size_params(kernel))
-    for arg in fn.args.args:
-        if arg.arg in sizes:
-            arg.annotation = ast.Attribute(value=ast.Name("tl", ast.Load()), attr="constexpr", ctx=ast.Load())
-    return ast.unparse(fn)
+    return Launch({**hinted.defaults, **chosen}, spaces)
 
 
 def _hinted_config(kernel: Kernel) -> Launch:
@@ -179,11 +146,7 @@ def launcher_source(kernel: Kernel, names: dict[str, str]) -> str:
     kwargs += [f"num_warps={names['num_warps']}",
                f"num_stages={names['num_stages']}" if "num_stages" in names else "num_stages=1"]
     body.append(f"grid = ({', '.join(grid)})")
-    launched = kernel.name
-    if CONST_SIZES in names:
-        body.append(f"kernel = {kernel.name}_sized if {names[CONST_SIZES]} else {kernel.name}")
-        launched = "kernel"
-    body.append(f"{launched}[grid]({', '.join([*kernel.runtime_params, *kwargs])})")
+    body.append(f"{kernel.name}[grid]({', '.join([*kernel.runtime_params, *kwargs])})")
     return f"def launch_{kernel.name}({', '.join(kernel.runtime_params)}):\n" + \
         "".join(f"    {line}\n" for line in body)
 
@@ -199,13 +162,26 @@ def _reinterpret(t, size, stride, offset):
     return t.as_strided(size, stride, t.storage_offset() + offset)
 
 
+def _fits(t, size, stride):
+    """Whether ``t`` has this shape and these strides (a dimension of one has any stride)."""
+    size, stride = tuple(size), tuple(stride)
+    return tuple(t.shape) == size and all(n == 1 or a == b for n, a, b in zip(size, t.stride(), stride))
+
+
 def _check_layout(t, size, stride, what="tensor"):
     """Inductor's size/stride assertion: the kernels index with the sizes and strides they were
     generated for, so anything else is an error, never a silently wrong result."""
-    size, stride = tuple(size), tuple(stride)
-    if tuple(t.shape) != size or any(n != 1 and a != b for n, a, b in zip(size, t.stride(), stride)):
+    if not _fits(t, size, stride):
         raise ValueError(f"Inductor port: {what} has shape {tuple(t.shape)} and strides {t.stride()}, "
-                         f"but its kernels were generated for shape {size} and strides {stride}")
+                         f"but its kernels were generated for shape {tuple(size)} and strides {tuple(stride)}")
+'''
+
+FALLBACK_RUNTIME = '''
+
+def _as_generated(args, seen):
+    """Whether ``call``'s arguments are those its kernels were specialised for: tensors of the
+    same shapes and strides, numbers of the same values."""
+    return all(_fits(a, *s) if isinstance(a, torch.Tensor) else a == s for a, s in zip(args, seen))
 '''
 
 
@@ -220,6 +196,7 @@ class Port:
     defaults: dict[str, int]
     kernels: list[str]
     mode: str = "default"          # the compile mode it came from (codegen.MODES)
+    specialised: bool = False      # kernels of the timed shape, a dynamic-shape copy for the rest
 
     @property
     def source(self) -> str:
@@ -229,7 +206,8 @@ class Port:
     def edit(self) -> str:
         names = ", ".join(self.kernels)
         how = "" if self.mode == "default" else f" {self.mode}, its choices as TUNABLES"
-        return f"inductor: {len(self.kernels)} Triton kernel(s) from TorchInductor{how} ({names})"
+        shape = ", specialised to the timed shape" if self.specialised else ""
+        return f"inductor: {len(self.kernels)} Triton kernel(s) from TorchInductor{how}{shape} ({names})"
 
 
 def _interpreter_block(libdevice_used: set[str], helpers_used: set[str]) -> str:
@@ -258,24 +236,48 @@ def _interpreter_block(libdevice_used: set[str], helpers_used: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _forward(reference_source: str, capture: Capture) -> str:
-    """``forward``: the reference's signature, Inductor's graph inputs in Dynamo's order, ``call``."""
+def _call_args(capture: Capture) -> tuple[str, str]:
+    """``call``'s argument list as the forward builds it, and the device expression."""
+    args = [f"{a.expr}.contiguous()" if a.input_contiguous else a.expr for a in capture.args]
+    tensors = [a.expr for a in capture.args if a.kind == "tensor"]
+    if not tensors:
+        raise Unsupported("the compiled graph takes no tensor, so there is no device to run on")
+    return f"[{', '.join(args)}]", f"{tensors[0]}.device"
+
+
+def _forward(reference_source: str, paths: list[tuple[Capture, str]]) -> str:
+    """``forward``: the reference's signature, Inductor's graph inputs in Dynamo's order, and
+    the ``call`` of the first path whose kernels serve them: a specialised capture's where the
+    arguments are those it was generated for, a dynamic one's always; with none left, a clear
+    error rather than kernels indexing with sizes they were not made for."""
     tree = parse(reference_source)
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
     fwd = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
     if fwd is None:
         raise Unsupported("Model has no forward method")
     returns = f" -> {ast.unparse(fwd.returns)}" if fwd.returns is not None else ""
-    args = []
-    for a in capture.args:
-        args.append(f"{a.expr}.contiguous()" if a.input_contiguous else a.expr)
-    tensors = [a.expr for a in capture.args if a.kind == "tensor"]
-    if not tensors:
-        raise Unsupported("the compiled graph takes no tensor, so there is no device to run on")
-    ret = "outputs[0]" if capture.output == "tensor" else f"{capture.output}(outputs)"
-    return (f"def forward({ast.unparse(fwd.args)}){returns}:\n"
-            f"    outputs = call([{', '.join(args)}], {tensors[0]}.device)\n"
-            f"    return {ret}\n")
+    ret = "outputs[0]" if paths[0][0].output == "tensor" else f"{paths[0][0].output}(outputs)"
+    if len(paths) == 1:
+        args, device = _call_args(paths[0][0])
+        return f"def forward({ast.unparse(fwd.args)}){returns}:\n    outputs = call({args}, {device})\n" \
+               f"    return {ret}\n"
+    lines: list[str] = []
+    chain: list[str] = []
+    for i, (cap, suffix) in enumerate(paths):
+        args, device = _call_args(cap)
+        if cap.dynamic:
+            chain += ["    else:", f"        outputs = call{suffix}({args}, {device})"]
+            break
+        if any(a.seen is None for a in cap.args):
+            raise Unsupported("a specialised capture did not record what each argument was")
+        seen = tuple(a.seen for a in cap.args)
+        lines.append(f"    args{suffix} = {args}")
+        chain += [f"    {'el' if i else ''}if _as_generated(args{suffix}, {seen!r}):",
+                  f"        outputs = call{suffix}(args{suffix}, {device})"]
+    else:
+        chain += ["    else:", "        raise ValueError(\"Inductor port: its kernels were generated for the gate's "
+                  "shapes only, and these inputs are none of them\")"]
+    return f"def forward({ast.unparse(fwd.args)}){returns}:\n" + "\n".join(lines + chain) + f"\n    return {ret}\n"
 
 
 HelperSources = Callable[[set[str]], list[str]]
@@ -283,21 +285,31 @@ HelperSources = Callable[[set[str]], list[str]]
 reading them imports ``torch._inductor``, which only the codegen subprocess does)."""
 
 
-def port(capture: Capture, reference_source: str, interpreter: bool, helper_sources: HelperSources,
-         mode: str = "default") -> Port:
-    """Inductor's captured output code as a standalone candidate; raises ``Unsupported``.
-    ``mode`` names the compile mode (its edit line says which)."""
-    import torch
-    import triton
+@dataclass
+class _Section:
+    """One capture's kernels, their launchers and its rewritten ``call``."""
 
-    parts = common.reference_parts(reference_source)
-    if parts is None:
-        raise Unsupported("the reference's Model.__init__ cannot be copied (missing or decorated)")
-    kernels, call = parse_output_code(capture.code)
+    kernels: list[Kernel]
+    launchers: list[str]
+    call: str
+    tunables: dict[str, list[int]]
+    defaults: dict[str, int]
+
+
+def _section(capture: Capture, suffix: str = "", tunable: bool = True) -> _Section:
+    """Inductor's output code as kernels, launchers and ``call{suffix}``, every kernel renamed
+    ``{name}{suffix}`` (two captures name their kernels alike). With ``tunable`` the launch
+    configuration is module-level TUNABLES; without, it is written in as literals (the
+    fallback's launches are never timed, so there is nothing to tune)."""
+    kernels, _ = parse_output_code(capture.code)
+    code = capture.code
+    for k in kernels if suffix else ():
+        code = re.sub(rf"\b{k.name}\b", f"{k.name}{suffix}", code)
+    kernels, call = parse_output_code(code)
     for k in kernels:
-        if k.kind != "template" and k.name in capture.configs:
-            k.launch = dict(capture.configs[k.name])
-    call_src = rewrite_call(call, kernels)     # first: an extern kernel is the reason to give
+        if k.kind != "template" and k.name.removesuffix(suffix) in capture.configs:
+            k.launch = dict(capture.configs[k.name.removesuffix(suffix)])
+    call_src = rewrite_call(call, kernels, f"call{suffix}")   # first: an extern kernel is the reason to give
     if not kernels:
         raise Unsupported("Inductor generated no Triton kernel for this graph")
     returns = [n for n in ast.walk(call) if isinstance(n, ast.Return)]
@@ -308,18 +320,38 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     n_args = len(unpack[0].targets[0].elts) if unpack and isinstance(unpack[0].targets[0], ast.Tuple) else 1
     if n_args != len(capture.args):
         raise Unsupported(f"Inductor's call takes {n_args} arguments for {len(capture.args)} graph inputs")
-
     tunables: dict[str, list[int]] = {}
     defaults: dict[str, int] = {}
     launchers = []
     for i, k in enumerate(kernels):
         cfg = launch_config(k)
-        names = {key: key if len(kernels) == 1 else f"{key}_{i}" for key in cfg.defaults}
-        for key, value in cfg.defaults.items():
-            defaults[names[key]] = value
-            tunables[names[key]] = cfg.spaces[key]
+        if tunable:
+            names = {key: key if len(kernels) == 1 else f"{key}_{i}" for key in cfg.defaults}
+            for key, value in cfg.defaults.items():
+                defaults[names[key]] = value
+                tunables[names[key]] = cfg.spaces[key]
+        else:
+            names = {key: str(value) for key, value in cfg.defaults.items()}
         launchers.append(launcher_source(k, names))
+    return _Section(kernels, launchers, call_src, tunables, defaults)
 
+
+def port(capture: Capture, reference_source: str, interpreter: bool, helper_sources: HelperSources,
+         mode: str = "default", fallbacks: list[Capture] | tuple[Capture, ...] = ()) -> Port:
+    """Inductor's captured output code as a standalone candidate; raises ``Unsupported``.
+    ``mode`` names the compile mode (its edit line says which). ``fallbacks``: captures of the
+    same graph for the inputs ``capture``'s kernels were not generated for (the gate's other
+    shapes), tried in order (``_forward``); their launches are literals, ``capture``'s tunable."""
+    import torch
+    import triton
+
+    parts = common.reference_parts(reference_source)
+    if parts is None:
+        raise Unsupported("the reference's Model.__init__ cannot be copied (missing or decorated)")
+    assert not (fallbacks and capture.dynamic), "the timed path is the specialised one; fallbacks come after it"
+    paths = [(capture, ""), *((f, "_any" if f.dynamic else f"_s{i}") for i, f in enumerate(fallbacks, 1))]
+    sections = [_section(cap, suffix, tunable=not suffix) for cap, suffix in paths]
+    kernels = [k for sec in sections for k in sec.kernels]
     helper_names = set().union(*(k.helpers for k in kernels))
     helpers = helper_sources(helper_names)
     texts = [k.text for k in kernels] + helpers
@@ -332,6 +364,10 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
            f"{triton.__version__}) on {capture.device.split(':')[0]}: the kernels are Inductor's own with\n"
            "its autotuning decorators removed; grids and block sizes are explicit, the launch\n"
            "configuration is TUNABLES. No torch.compile or torch._inductor at run time.\n")
+    if fallbacks:
+        doc += ("The kernels of ``call`` are specialised to the timed shape, as torch.compile's are; the\n"
+                + ("gate's other shapes run a copy with symbolic sizes.\n" if fallbacks[-1].dynamic else
+                   "gate's other shapes run copies specialised to each.\n"))
     imports = ["import os", *parts[0]]
     if any("tl_math." in t for t in texts):
         imports.insert(1, "from triton.language import math as tl_math")
@@ -342,11 +378,12 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     body += _interpreter_block(used, helper_names)
     for k in kernels:
         body += f"\n\n@triton.jit\n{k.text.rstrip()}\n"
-        if size_params(k):
-            body += f"\n\n@triton.jit\n{sized_text(k)}\n"
-    for src in launchers:
+    for src in (launcher for sec in sections for launcher in sec.launchers):
         body += "\n\n" + src
-    body += RUNTIME + "\n\n" + call_src.rstrip() + "\n"
-    body += common.model_class(parts[1], _forward(reference_source, capture))
-    return Port(body=body, head=head, tunables=tunables, defaults=defaults, kernels=[k.name for k in kernels],
-                mode=mode)
+    body += RUNTIME + (FALLBACK_RUNTIME if fallbacks else "")
+    for sec in sections:
+        body += "\n\n" + sec.call.rstrip() + "\n"
+    body += common.model_class(parts[1], _forward(reference_source, paths))
+    main = sections[0]
+    return Port(body=body, head=head, tunables=main.tunables, defaults=main.defaults,
+                kernels=[k.name for k in main.kernels], mode=mode, specialised=bool(fallbacks))

@@ -26,12 +26,14 @@ class Unsupported(Exception):
 @dataclass(frozen=True)
 class Arg:
     """One argument of Inductor's ``call``: the forward's expression for it (``x``,
-    ``self.ln.weight``, ``x.size()[0]``), its kind, and for a forward input whether it was
-    contiguous (then the candidate passes ``.contiguous()``, as the kernels assume)."""
+    ``self.ln.weight``, ``x.size()[0]``), its kind, for a forward input whether it was
+    contiguous (then the candidate passes ``.contiguous()``, as the kernels assume), and what
+    the capture saw: a tensor's ``(shape, strides)`` as ``call`` gets it, a number's value."""
 
     expr: str
     kind: str                    # tensor | int
     input_contiguous: bool = False
+    seen: Any = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Capture:
     device: str
     # max-autotune's launch choices by kernel name (``codegen.chosen_configs``); {} otherwise
     configs: dict[str, dict[str, int]] = field(default_factory=dict)
+    dynamic: bool = False        # compiled with symbolic sizes: serves shapes it was not captured at
 
 
 @dataclass

@@ -129,10 +129,11 @@ def _check_call(fn: ast.FunctionDef, kernels: dict[str, Kernel]) -> None:
                               "time (a constant tensor or an extern helper)")
 
 
-def rewrite_call(call: ast.FunctionDef, kernels: list[Kernel]) -> str:
-    """The source of ``call(args, device)`` for the candidate."""
+def rewrite_call(call: ast.FunctionDef, kernels: list[Kernel], name: str = "call") -> str:
+    """The source of ``name(args, device)`` for the candidate."""
     by_name = {k.name: k for k in kernels}
     fn = _CallRewriter(by_name).visit(parse(textwrap.dedent(ast.unparse(call))).body[0])
+    fn.name = name
     fn.args.args = [a for a in fn.args.args if a.arg != "self"]
     ast.fix_missing_locations(fn)
     _check_call(fn, by_name)
