@@ -28,6 +28,10 @@ from kernelabd.harness.sandbox import Sandbox, SandboxError, SandboxSpec
 CHILD = "kernelabd.harness.child.screen"
 STATUSES = ("timed", "spills", "too_big", "failed", "wrong")
 COMPILE_TIMEOUT_S = 900.0   # a whole batch's compiles (a large GEMM compiles in ~10 s a core)
+MIN_COMPILE_S = 20.0
+"""The least a batch's compiles are given, whatever its job has left: on the H200 a batch of 33
+compiled in 2-6 s, a job's first (its processes starting) in 17-27 s; past it, a variant still
+compiling is dropped (``child.screen.Screen.compile_all``)."""
 TIME_TIMEOUT_S = 120.0      # one variant: load (a compile if the cache missed), check, time
 RESTARTS = 2                # fresh sandboxes after one died, per batch
 
@@ -77,12 +81,17 @@ class Screener:
         self.started_s: float | None = None         # … for its reference and compile processes
         self.compile_s: float | None = None         # … for its compiles
         self.batches = 0
+        self.compile_budget_s = COMPILE_TIMEOUT_S   # the batch under way's, for its compiles
         self._lock = threading.Lock()               # one request at a time: ``warm`` runs in a thread
         self._warming: threading.Thread | None = None
 
-    def screen(self, variants: list[tuple[dict[str, Any], str]]) -> list[Screened]:
+    def screen(self, variants: list[tuple[dict[str, Any], str]],
+               compile_s: float = COMPILE_TIMEOUT_S) -> list[Screened]:
         """Screen each ``(params, source)`` variant of one candidate; one result per variant,
-        in order (after a ``prewarm`` still under way has ended)."""
+        in order (after a ``prewarm`` still under way has ended). A variant whose compile has
+        not ended ``compile_s`` (at least ``MIN_COMPILE_S``) after the batch's compiles began
+        is ``failed``."""
+        self.compile_budget_s = min(COMPILE_TIMEOUT_S, max(MIN_COMPILE_S, compile_s))
         waited = time.monotonic()
         with self._lock:
             self.ready_s = time.monotonic() - waited
@@ -173,8 +182,9 @@ class Screener:
         box = self._sandbox()
         staged = {i: self._write(box, variants[i][1]) for i in left}
         try:
-            reply, _ = box.request(_prepare(self.reference, self.staged_reference, staged, self.spec.device,
-                                            self.options), deadline=time.monotonic() + COMPILE_TIMEOUT_S,
+            reply, _ = box.request({**_prepare(self.reference, self.staged_reference, staged, self.spec.device,
+                                               self.options), "compile_s": self.compile_budget_s},
+                                   deadline=time.monotonic() + COMPILE_TIMEOUT_S,
                                    what="compiling the screened configurations")
         except SandboxError as exc:
             for i in left:

@@ -153,23 +153,33 @@ def _tiles(tiles: Any, params: dict[str, Any]) -> int | None:
     return total
 
 
-def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
+def fits(params: dict[str, Any], resources: dict[str, Any] | list[dict[str, Any]] | None = None,
          target: Target = Target()) -> bool:
     """Prune configurations that cannot launch, or would spill, before spending an evaluation
     on them: launch limits always; on a GPU, the shared memory and registers of the tiles the
     candidate declares in ``RESOURCES`` — ``smem`` (per pipeline stage), ``acc`` (fp32
     accumulators), ``regs`` (other per-element state a program keeps in registers, such as a
-    gathered tile's addresses) and ``dots`` (the dots' input precision)."""
-    warps = params.get("num_warps")
-    if isinstance(warps, int) and (warps < 1 or warps > MAX_WARPS or warps & (warps - 1)):
-        return False
-    stages = params.get("num_stages")
-    if isinstance(stages, int) and stages < 1:
-        return False
+    gathered tile's addresses) and ``dots`` (the dots' input precision). A candidate of several
+    kernels declares a list, one such dict a kernel, each naming the tunables of its own launch
+    (``warps``, ``stages``; default ``num_warps`` and ``num_stages``): every kernel must fit."""
+    for name, value in params.items():
+        if not isinstance(value, int):
+            continue
+        if name.startswith("num_warps") and (value < 1 or value > MAX_WARPS or value & (value - 1)):
+            return False
+        if name.startswith("num_stages") and value < 1:
+            return False
     if not (target.gpu and resources):
         return True
+    return all(_kernel_fits(params, r, target) for r in (resources if isinstance(resources, list) else [resources]))
+
+
+def _kernel_fits(params: dict[str, Any], resources: dict[str, Any], target: Target) -> bool:
+    """One kernel's declared tiles against one program's shared memory and registers."""
+    warps, stages = params.get(resources.get("warps", "num_warps")), params.get(resources.get("stages", "num_stages"))
     smem = _tiles(resources.get("smem"), params)
-    if smem is not None and max(1, stages or 1) * smem * target.elem_bytes > SMEM_PER_PROGRAM:
+    if smem is not None and max(1, stages if isinstance(stages, int) else 1) * smem * target.elem_bytes \
+            > SMEM_PER_PROGRAM:
         return False
     acc = _tiles(resources.get("acc"), params)
     if acc is None or not isinstance(warps, int):
@@ -179,13 +189,16 @@ def fits(params: dict[str, Any], resources: dict[str, Any] | None = None,
     return held / (32 * warps) <= (MAX_ACC_REGS_FMA if fp32_dots else MAX_ACC_REGS)
 
 
-def resources_of(source: str) -> dict[str, Any] | None:
-    """The candidate's ``RESOURCES`` literal, if it declares one that reads as a dict."""
+def resources_of(source: str) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """The candidate's ``RESOURCES`` literal, if it declares one that reads as a dict (or a
+    list of them, one a kernel)."""
     try:
         decl = _module_assignments(parse(source)).get("RESOURCES")
         value = ast.literal_eval(decl.value) if decl is not None else None
     except (SyntaxError, ValueError):
         return None
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return value
     return value if isinstance(value, dict) else None
 
 

@@ -160,7 +160,8 @@ def screen_configs(loop: Loop, source: str, configs: list[dict[str, Any]]) -> li
     (``tune.fits``) are recorded ``too_big`` without compiling; the rest go to the sandbox."""
     resources, target = resources_of(source), Target.on(loop.device, loop.job.get("capture"))
     fitting = [p for p in configs if fits(p, resources, target)]
-    screened = iter(screener_for(loop).screen([(p, with_params(source, p)) for p in fitting]))
+    left_s = loop.limits.max_minutes * 60 - loop.active_s
+    screened = iter(screener_for(loop).screen([(p, with_params(source, p)) for p in fitting], compile_s=left_s))
     return [next(screened) if p in fitting else
             Screened(p, "too_big", detail="pruned before compiling: its declared tiles exceed the "
                      "shared memory or registers of a program") for p in configs]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelabd.harness.sandbox import SandboxSpec
-from kernelabd.harness.screen import Options, Screened, Screener, _result, screen
+from kernelabd.harness.screen import MIN_COMPILE_S, Options, Screened, Screener, _result, screen
 from kernelabd.propose.tune import with_params
 
 HERE = Path(__file__).parent / "screen"
@@ -95,3 +95,22 @@ def test_closing_a_screener_cuts_a_prewarm_short():
     screener.close()
     assert not screener._warming.is_alive() and screener.box is None
     assert time.monotonic() - started < 30, "killed, not waited for"
+
+
+def test_a_variant_still_compiling_when_the_batch_is_out_of_time_is_dropped_and_the_next_batch_compiles_afresh():
+    """A compile that does not end (here a forward that sleeps in the compile-only process; on
+    the H100, Triton spent 47 s and more on an Inductor reduction's 16 × 4096-element tile) is
+    dropped once the batch's compile budget is spent, not waited for past its job's budget; its
+    stuck process is killed and the next batch compiles in fresh ones."""
+    stuck = CANDIDATE.replace("def forward(self, x: torch.Tensor) -> torch.Tensor:",
+                              "def forward(self, x: torch.Tensor) -> torch.Tensor:\n        import time\n"
+                              "        time.sleep(600)")
+    good = {"num_warps": 8, "SCALE": 1}
+    with Screener(REFERENCE, SandboxSpec(device="cpu"), Options(screen_ms=1.0, workers=2, arch="sm_90")) as screener:
+        started = time.monotonic()
+        dropped, timed = screener.screen([({"num_warps": 4, "SCALE": 1}, stuck), *variants(good)], compile_s=0)
+        assert time.monotonic() - started < MIN_COMPILE_S + 60
+        assert dropped.status == "failed" and "still compiling after the batch's 20 s" in dropped.detail
+        assert timed.status == "timed" and timed.registers > 0
+        again = screener.screen(variants({"num_warps": 4, "SCALE": 1}))
+        assert again[0].status == "timed" and again[0].registers > 0, "compiled by a fresh process"

@@ -35,7 +35,7 @@ from kernelabd.propose.inductor.codegen import helper_sources
 from kernelabd.propose.inductor.emit import port
 from kernelabd.propose.inductor.parse import Arg, Capture, Unsupported
 from kernelabd.propose.inductor.proposer import InductorProposer
-from kernelabd.propose.tune import TuneProposer, parse_tunables
+from kernelabd.propose.tune import Target, TuneProposer, fits, parse_tunables, resources_of
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import sidecar_of
 
@@ -313,6 +313,24 @@ def test_max_autotune_template_launches_on_its_grid_with_its_warps_and_stages_tu
     assert "triton_tem_fused_addmm_relu_0[(_grid_0, _grid_1, _grid_2)](in_ptr0, arg_A, arg_B, out_ptr1," in p.source
     assert p.edit.startswith("inductor: 1 Triton kernel(s) from TorchInductor max-autotune")
     assert_passes(gate(tmp_path, "mm_relu", MM_RELU, None, p.source))
+
+
+def test_the_tuner_knows_each_kernels_tiles_and_never_screens_one_no_program_holds():
+    """A looped reduction holds its accumulator and the tile it loads (XBLOCK × R0_BLOCK each), a
+    pointwise kernel its block: declared per kernel, its own warps named, so the tuner prunes a
+    tile like 16 × 4096 at 4 warps (which Triton took 47 s to compile on the H100) before any
+    compile, and keeps the configurations Inductor itself launches."""
+    p = port(cuda_capture("center_cuda.txt", CENTER_ARGS), CENTER, False, helper_sources)
+    declared = resources_of(p.source)
+    assert declared == [{"acc": [["XBLOCK_0", "R0_BLOCK_0"]] * 2, "warps": "num_warps_0"},
+                        {"acc": [["XBLOCK_1"]], "warps": "num_warps_1"}]
+    gpu = Target(gpu=True, elem_bytes=4)
+    assert fits(p.defaults, declared, gpu)
+    assert not fits({**p.defaults, "XBLOCK_0": 16, "R0_BLOCK_0": 4096, "num_warps_0": 4}, declared, gpu)
+    assert fits({**p.defaults, "XBLOCK_0": 1, "R0_BLOCK_0": 4096, "num_warps_0": 8}, declared, gpu)
+    assert fits({**p.defaults, "XBLOCK_1": 4096, "num_warps_1": 1}, declared, gpu), "128 elements a thread"
+    assert not fits({**p.defaults, "XBLOCK_0": 64, "R0_BLOCK_0": 256, "num_warps_0": 2}, declared, gpu)
+    assert not fits({**p.defaults, "num_warps_1": 3}, declared, gpu), "launch limits hold for every kernel's warps"
 
 
 def test_max_autotune_choices_are_where_the_tunables_start():

@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +178,39 @@ class Screen:
         started = time.perf_counter()
         if not self.ready:
             self.start(msg)
+        elif self.pool is None:
+            self.start_pool(msg, tensor_bytes([*self.inputs, *self.state.values()]))
         ready_s = time.perf_counter() - started
         if self.pool is None:
             compiled = [{"index": v["index"], "status": "ok"} for v in msg["variants"]]
         else:
-            futures = [self.pool.submit(compile_variant, v["index"], v["path"]) for v in msg["variants"]]
-            compiled = [f.result() for f in futures]
+            compiled = self.compile_all(msg["variants"], float(msg["compile_s"]))
         return {"compiled": compiled, "ready_s": ready_s, "compile_s": time.perf_counter() - started - ready_s,
                 "info": self.info()}
+
+    def compile_all(self, variants: list[dict[str, Any]], budget_s: float) -> list[dict[str, Any]]:
+        """Each variant's compile verdict; one still compiling after ``budget_s`` is dropped
+        (``failed``), and the processes stuck on such compiles are killed (the next batch
+        starts fresh ones): a tile far too large for a program took Triton 47 s and more to
+        compile for sm_90 (an Inductor reduction's 16 × 4096 elements), and a batch held back
+        for it would hold its job past the job's own budget."""
+        assert self.pool is not None
+        futures = {v["index"]: self.pool.submit(compile_variant, v["index"], v["path"]) for v in variants}
+        _, pending = wait(futures.values(), timeout=budget_s)
+        if pending:
+            self.stop_pool()
+        late = f"still compiling after the batch's {budget_s:.0f} s: dropped"
+        return [f.result() if f not in pending else {"index": i, "status": "failed", "detail": late}
+                for i, f in futures.items()]
+
+    def stop_pool(self) -> None:
+        """Kill the compile-only processes, mid-compile or not."""
+        assert self.pool is not None
+        # ProcessPoolExecutor has no call that ends a running task (3.14's kill_workers aside)
+        for process in list(self.pool._processes.values()):
+            process.kill()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool, self.workers = None, 0
 
     def warm(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Start the compile-only processes before the first batch needs them. Host work only:

@@ -305,8 +305,9 @@ def fallbacks(source: str, device: str, shapes: list[dict[str, Any]], mode: str)
     """What serves the gate's shapes after the first: one capture with symbolic sizes where its
     port is the same at every gate shape (it then serves any shape); else, where Inductor bakes
     a size that the shapes change (``nn.LayerNorm(features)``), one specialised capture a shape,
-    and the port refuses any other shape with a clear error. Taken without running the graph
-    where only the default mode's launch choices would come of it: they are never timed."""
+    and the port refuses any other shape with a clear error. Taken without running the graph:
+    what a run would add is launch choices (``Capture.configs``), and these kernels are never
+    timed (max-autotune still benchmarks its GEMM templates as it lowers the graph)."""
     if len(shapes) < 2:
         return []
     interpreter = device == "cpu"
@@ -314,7 +315,7 @@ def fallbacks(source: str, device: str, shapes: list[dict[str, Any]], mode: str)
     dynamic: Capture | None = None
     for constants in shapes:
         try:
-            cap = capture(source, device, constants, mode, dynamic=True, run=mode == MAX_AUTOTUNE)
+            cap = capture(source, device, constants, mode, dynamic=True, run=False)
             p = port(cap, source, interpreter, helper_sources, mode)
         except Unsupported:
             break
@@ -328,7 +329,7 @@ def fallbacks(source: str, device: str, shapes: list[dict[str, Any]], mode: str)
     specialised = []
     for constants in shapes[1:]:
         try:
-            specialised.append(capture(source, device, constants, mode, run=mode == MAX_AUTOTUNE))
+            specialised.append(capture(source, device, constants, mode, run=False))
         except Unsupported as exc:
             raise Unsupported(f"{exc} (at gate shape {constants})") from exc
     return specialised

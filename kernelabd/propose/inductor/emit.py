@@ -7,7 +7,8 @@ import ast
 import re
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from kernelabd.propose.inductor.parse import (
     BLOCKS,
@@ -120,6 +121,26 @@ def _hinted_config(kernel: Kernel) -> Launch:
     return Launch(d, s)
 
 
+ACCUMULATOR = re.compile(r"tl\.(?:full|zeros)\(\[XBLOCK, R0_BLOCK\]")
+
+
+def kernel_resources(kernel: Kernel, names: dict[str, str]) -> dict[str, Any] | None:
+    """What one program of ``kernel`` keeps in registers, in its launch tunables' terms, for the
+    tuner's pruning (``tune.fits``): a looped reduction its accumulators and the tile it loads,
+    XBLOCK × R0_BLOCK elements each; a pointwise kernel its block. A persistent reduction's tile
+    is bounded by its launcher, a template's blocks are in its body: nothing to declare. Without
+    it the screen compiled every tile the spaces allow, and Triton took 47 s and more on one
+    reduction's 16 × 4096 elements (H100, bench/port's softmax_bf16_cast_odd)."""
+    if kernel.kind == "reduction":
+        tile = [names[b] for b in ("XBLOCK", "R0_BLOCK") if b in names]
+        tiles = [tile] * (1 + len(ACCUMULATOR.findall(kernel.text)))
+    elif kernel.kind == "pointwise":
+        tiles = [[names[b] for b in ("YBLOCK", "XBLOCK") if b in names]]
+    else:
+        return None
+    return {"acc": tiles, "warps": names["num_warps"]}
+
+
 def launcher_source(kernel: Kernel, names: dict[str, str]) -> str:
     """``launch_<kernel>(...)``: grid and block sizes explicit, read from module-level tunables
     (``names`` maps XBLOCK/num_warps/... to this kernel's tunable names)."""
@@ -197,10 +218,11 @@ class Port:
     kernels: list[str]
     mode: str = "default"          # the compile mode it came from (codegen.MODES)
     specialised: bool = False      # kernels of the timed shape, a dynamic-shape copy for the rest
+    resources: list[dict[str, Any]] = field(default_factory=list)   # RESOURCES, one a kernel that has tiles
 
     @property
     def source(self) -> str:
-        return self.head + common.tunables(self.tunables, self.defaults) + self.body
+        return self.head + common.tunables(self.tunables, self.defaults, self.resources) + self.body
 
     @property
     def edit(self) -> str:
@@ -294,6 +316,7 @@ class _Section:
     call: str
     tunables: dict[str, list[int]]
     defaults: dict[str, int]
+    resources: list[dict[str, Any]]
 
 
 def _section(capture: Capture, suffix: str = "", tunable: bool = True) -> _Section:
@@ -322,6 +345,7 @@ def _section(capture: Capture, suffix: str = "", tunable: bool = True) -> _Secti
         raise Unsupported(f"Inductor's call takes {n_args} arguments for {len(capture.args)} graph inputs")
     tunables: dict[str, list[int]] = {}
     defaults: dict[str, int] = {}
+    resources = []
     launchers = []
     for i, k in enumerate(kernels):
         cfg = launch_config(k)
@@ -330,10 +354,12 @@ def _section(capture: Capture, suffix: str = "", tunable: bool = True) -> _Secti
             for key, value in cfg.defaults.items():
                 defaults[names[key]] = value
                 tunables[names[key]] = cfg.spaces[key]
+            if (held := kernel_resources(k, names)) is not None:
+                resources.append(held)
         else:
             names = {key: str(value) for key, value in cfg.defaults.items()}
         launchers.append(launcher_source(k, names))
-    return _Section(kernels, launchers, call_src, tunables, defaults)
+    return _Section(kernels, launchers, call_src, tunables, defaults, resources)
 
 
 def port(capture: Capture, reference_source: str, interpreter: bool, helper_sources: HelperSources,
@@ -386,4 +412,5 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     body += common.model_class(parts[1], _forward(reference_source, paths))
     main = sections[0]
     return Port(body=body, head=head, tunables=main.tunables, defaults=main.defaults,
-                kernels=[k.name for k in main.kernels], mode=mode, specialised=bool(fallbacks))
+                kernels=[k.name for k in main.kernels], mode=mode, specialised=bool(fallbacks),
+                resources=main.resources)

@@ -151,7 +151,7 @@ def resources(tiles: dict[str, list[list[str]]], precision: str) -> dict[str, An
 
 
 def tunables(values: dict[str, list[int]], current: dict[str, int],
-             resources: dict[str, Any] | None = None) -> str:
+             resources: dict[str, Any] | list[dict[str, Any]] | None = None) -> str:
     """``TUNABLES`` and one module-level assignment per tunable, as the tune proposer reads;
     ``RESOURCES`` names the tiles a program keeps in shared memory (per pipeline stage) and in
     fp32 accumulators, so the tuner can prune what cannot fit before running it."""
