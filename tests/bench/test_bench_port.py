@@ -54,29 +54,38 @@ def test_problem_loads_strictly_and_runs_at_its_default_sizes(path):
 
 
 def test_goal_checks_from_synthetic_rows():
+    """Issue 15's goals: the best peer is this benchmark's torch.compile timing where it timed
+    one, else the job's own A/B against its peers (a ``--no-compile`` run)."""
     run = bench_module()
 
-    def row(name, eager, compiled, kernelab, active_s=60.0, bound="memory", sol=None, failure=None):
+    def row(name, eager, compiled, kernelab, active_s=60.0, bound="memory", sol=None, failure=None, job_peer=None):
         job = {"best_candidate": None if failure else 1, "active_s": active_s, "bound": bound,
-               "sol_ms": sol, "candidates": 3, "accepted": 1, "lineage": []}
-        ms = {"eager": eager, "compile_default": compiled}
+               "sol_ms": sol, "candidates": 3, "accepted": 1, "lineage": [], "speedup_vs_best_peer": job_peer}
+        ms = {"eager": eager, **({"compile_default": compiled} if compiled else {})}
         if kernelab is not None:
             ms["kernelab"] = kernelab
         return {"problem": name, "ms": ms, "job": job, "port": {"wall_s": active_s + 20},
                 "failure": failure, "errors": {}}
 
-    rows = [row("softmax", 2.0, 1.0, 0.8, sol=0.72),          # 1.25× compile, 90 % of SOL
-            row(run.FFN, 10.0, 9.0, 8.0, bound="compute"),     # 1.25× eager
+    rows = [row("softmax", 2.0, 1.0, 0.6, sol=0.55),                         # 1.667× compile, 92 % of SOL
+            row(run.FFN, 10.0, 9.0, 8.0, bound="compute"),                   # 1.25× eager, 1.125× compile
+            row("gemm_bias_gelu_bf16", 1.0, None, 0.8, bound="compute", job_peer=1.5),
             row("sdpa", 1.0, 1.0, None, failure="failed: no candidate")]
-    checks = run.goals([run.derive(r) for r in rows], expected=3)
-    assert checks[0].startswith("PASS") and "unported (1) at 1.00×" in checks[0]
+    checks = run.goals([run.derive(r) for r in rows], expected=4)
+    assert checks[0].startswith("PASS") and "unported (1) at 1.00×" in checks[0] and "bench, job" in checks[0]
     assert checks[1].startswith("PASS") and f"{run.FFN} 1.125×" in checks[1]
-    assert checks[2].startswith("PASS") and "softmax 90%" in checks[2]
-    assert checks[3].startswith("PASS") and "1.250×" in checks[3]
-    assert checks[4].startswith("PASS") and checks[5].startswith("PASS")
-    slow = run.goals([run.derive(row("gelu", 1.0, 0.9, 1.0, active_s=200.0))], expected=13)
-    assert slow[1].startswith("FAIL") and "gelu 0.900×" in slow[1]
-    assert slow[4].startswith("FAIL") and "partial" in slow[5]
+    assert checks[2].startswith("PASS") and "softmax 92%" in checks[2]
+    assert checks[3].startswith("PASS") and "gemm_bias_gelu_bf16 1.250×" in checks[3]
+    assert checks[4].startswith("PASS") and "1.250×" in checks[4]
+    assert checks[5].startswith("PASS") and "of 4 problems" in checks[5]
+    slow = run.goals([run.derive(row("gelu", 1.0, 0.9, 1.0, active_s=200.0, sol=0.85)),
+                      run.derive(row("gemm_bias_gelu_bf16", 1.0, None, 1.05, bound="compute", job_peer=0.96))],
+                     expected=13)
+    assert slow[0].startswith("FAIL")
+    assert slow[1].startswith("FAIL") and "gelu 0.900×" in slow[1] and "below: gelu, gemm_bias_gelu_bf16" in slow[1]
+    assert slow[2].startswith("FAIL") and "gelu 85%" in slow[2]
+    assert slow[3].startswith("FAIL") and "0.952×" in slow[3]
+    assert slow[5].startswith("FAIL") and "max 3.33 (gelu)" in slow[5]
 
 
 def test_a_merged_report_takes_untimed_compile_modes_from_the_earlier_row(tmp_path):
