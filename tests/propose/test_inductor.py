@@ -162,7 +162,8 @@ def test_the_timed_shape_runs_kernels_specialised_to_it_and_the_others_a_dynamic
 def test_a_single_gate_shape_gets_only_the_specialised_kernels(proposed):
     proposal, reason = proposed["layernorm"]
     assert proposal is not None, reason
-    assert "call_any" not in proposal.source and "specialised" not in proposal.edit
+    assert "call_any" not in proposal.source and "def call_s1" not in proposal.source
+    assert "specialised to the timed shape" in proposal.edit
 
 
 def test_reductions_launch_with_explicit_blocks(proposed):

@@ -67,6 +67,8 @@ class Launch:
 
 WARPS = [1, 2, 4, 8, 16]
 STAGES = [1, 2, 3, 4, 5]
+
+
 def launch_config(kernel: Kernel) -> Launch:
     """The kernel's launch defaults and the tuner's space around them. A template's are what
     Inductor's autotuning chose (block sizes stay in its body, since the wrapper's grid follows
@@ -217,7 +219,7 @@ class Port:
     defaults: dict[str, int]
     kernels: list[str]
     mode: str = "default"          # the compile mode it came from (codegen.MODES)
-    specialised: bool = False      # kernels of the timed shape, a dynamic-shape copy for the rest
+    specialised: bool = False      # its timed kernels have the timed shape's sizes baked in
     resources: list[dict[str, Any]] = field(default_factory=list)   # RESOURCES, one a kernel that has tiles
 
     @property
@@ -412,5 +414,5 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     body += common.model_class(parts[1], _forward(reference_source, paths))
     main = sections[0]
     return Port(body=body, head=head, tunables=main.tunables, defaults=main.defaults,
-                kernels=[k.name for k in main.kernels], mode=mode, specialised=bool(fallbacks),
+                kernels=[k.name for k in main.kernels], mode=mode, specialised=not capture.dynamic,
                 resources=main.resources)
