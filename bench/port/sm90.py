@@ -35,7 +35,7 @@ import os
 import random
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +94,14 @@ class KernelUse:
 
 
 def seed(problem: Path, proposer: Proposer) -> tuple[str, str] | str:
-    """(source, edit) of the proposer's first candidate for ``problem``, or why there is none."""
+    """(source, edit) of the proposer's first candidate for ``problem``, or why there is none.
+    An Inductor port's timed kernels are specialised to the shape it was captured at (other
+    shapes run a copy), so it is captured at the GPU's sizes, the ones compiled here."""
+    sidecar = load_problem(problem).sidecar
+    if isinstance(proposer, InductorProposer):
+        sidecar = replace(sidecar, sizes={**sidecar.sizes, "cpu": sidecar.constants_for("cuda")})
     ctx = JobContext(job_id=0, problem=problem.stem, reference_source=problem.read_text(),
-                     device="cpu", budget=Budget(candidates_left=1, seconds_left=600.0),
-                     sidecar=load_problem(problem).sidecar)
+                     device="cpu", budget=Budget(candidates_left=1, seconds_left=600.0), sidecar=sidecar)
     answer = proposer.propose(ctx)
     if not isinstance(answer, Proposal):
         return answer.reason or "no candidate"
