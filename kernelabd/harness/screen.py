@@ -81,7 +81,6 @@ class Screener:
         self.started_s: float | None = None         # … for its reference and compile processes
         self.compile_s: float | None = None         # … for its compiles
         self.batches = 0
-        self.compile_budget_s = COMPILE_TIMEOUT_S   # the batch under way's, for its compiles
         self._lock = threading.Lock()               # one request at a time: ``warm`` runs in a thread
         self._warming: threading.Thread | None = None
 
@@ -91,7 +90,7 @@ class Screener:
         in order (after a ``prewarm`` still under way has ended). A variant whose compile has
         not ended ``compile_s`` (at least ``MIN_COMPILE_S``) after the batch's compiles began
         is ``failed``."""
-        self.compile_budget_s = min(COMPILE_TIMEOUT_S, max(MIN_COMPILE_S, compile_s))
+        budget_s = min(COMPILE_TIMEOUT_S, max(MIN_COMPILE_S, compile_s))
         waited = time.monotonic()
         with self._lock:
             self.ready_s = time.monotonic() - waited
@@ -101,7 +100,7 @@ class Screener:
             for _ in range(RESTARTS + 1):
                 if not left:
                     break
-                left = self._in_sandbox(variants, left, found)
+                left = self._in_sandbox(variants, left, found, budget_s)
             for i in left:
                 found[i] = Screened(variants[i][0], "failed", detail="not screened: the screening sandbox kept dying")
             return [found[i] for i in range(len(variants))]
@@ -176,14 +175,14 @@ class Screener:
         return self.box
 
     def _in_sandbox(self, variants: list[tuple[dict[str, Any], str]], left: list[int],
-                    found: dict[int, Screened]) -> list[int]:
+                    found: dict[int, Screened], budget_s: float) -> list[int]:
         """Screen the ``left`` variants in the sandbox, filling ``found``; the ones still to do
         when it died (empty when it did not: it is then kept for the next batch)."""
         box = self._sandbox()
         staged = {i: self._write(box, variants[i][1]) for i in left}
         try:
             reply, _ = box.request({**_prepare(self.reference, self.staged_reference, staged, self.spec.device,
-                                               self.options), "compile_s": self.compile_budget_s},
+                                               self.options), "compile_s": budget_s},
                                    deadline=time.monotonic() + COMPILE_TIMEOUT_S,
                                    what="compiling the screened configurations")
         except SandboxError as exc:

@@ -326,11 +326,12 @@ def _section(capture: Capture, suffix: str = "", tunable: bool = True) -> _Secti
     ``{name}{suffix}`` (two captures name their kernels alike). With ``tunable`` the launch
     configuration is module-level TUNABLES; without, it is written in as literals (the
     fallback's launches are never timed, so there is nothing to tune)."""
-    kernels, _ = parse_output_code(capture.code)
-    code = capture.code
-    for k in kernels if suffix else ():
-        code = re.sub(rf"\b{k.name}\b", f"{k.name}{suffix}", code)
-    kernels, call = parse_output_code(code)
+    kernels, call = parse_output_code(capture.code)
+    if suffix:
+        code = capture.code
+        for k in kernels:
+            code = re.sub(rf"\b{k.name}\b", f"{k.name}{suffix}", code)
+        kernels, call = parse_output_code(code)
     for k in kernels:
         if k.kind != "template" and k.name.removesuffix(suffix) in capture.configs:
             k.launch = dict(capture.configs[k.name.removesuffix(suffix)])
