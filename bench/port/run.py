@@ -734,7 +734,7 @@ def run_all(names: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def derive(row: dict[str, Any], ceilings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The table's figures for one row; ``ceilings``: the rates to take the speed-of-light floor
-    from instead of the row's own measurement (``fastest_ceilings`` of a merged report)."""
+    from instead of the row's own measurement (its GPU model's fastest, ``row_ceilings``)."""
     ms = row.get("ms") or {}
     job = row.get("job") or {}
     port = row.get("port") or {}
@@ -825,20 +825,23 @@ def current_floor(row: dict[str, Any], ceilings: dict[str, Any] | None = None) -
 RATES = ("copy_gbps", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops")
 
 
-def fastest_ceilings(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Each rate at the fastest any row measured on the same GPU model: a ceiling is what the
-    chip can do, and a slower measurement is the measurement's noise (the copy rate varied from
-    4053 to 4255 GB/s between the H200 workers of one session), so every row's % of speed of
-    light is taken against the same, highest, rates. None when the rows span GPU models."""
-    measured = [r["ceilings"] for r in rows if r.get("ceilings")]
-    if not measured or len({c.get("device_name") for c in measured}) != 1:
-        return None
-    best = dict(measured[0])
-    for rate in RATES:
-        values = [c[rate] for c in measured if c.get(rate)]
-        if values:
-            best[rate] = max(values)
+def fastest_ceilings(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each rate at the fastest any row measured on the same GPU model, by model: a ceiling is
+    what the chip can do, and a slower measurement is the measurement's noise (the copy rate varied
+    from 2586 to 3010 GB/s between the rows of one H100 session), so every row's % of speed of
+    light is taken against the highest rates of its own GPU model, never another model's."""
+    best: dict[str, dict[str, Any]] = {}
+    for measured in (r["ceilings"] for r in rows if r.get("ceilings")):
+        model = best.setdefault(measured.get("device_name") or "", dict(measured))
+        for rate in RATES:
+            if measured.get(rate) and measured[rate] > (model.get(rate) or 0):
+                model[rate] = measured[rate]
     return best
+
+
+def row_ceilings(row: dict[str, Any], fastest: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest rates of the row's GPU model (``fastest_ceilings``), else None."""
+    return fastest.get((row.get("ceilings") or {}).get("device_name") or "") if row.get("ceilings") else None
 
 
 def _f(value: float | None, spec: str = ".4g", suffix: str = "") -> str:
@@ -973,8 +976,8 @@ def latest_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def report(rows: list[dict[str, Any]], out: Path, header: list[str]) -> str:
     """Write ``table.md`` and return the text to print (lineage, table, goal checks last)."""
     latest = latest_rows(rows)
-    ceilings = fastest_ceilings(list(latest.values()))
-    derived = [derive(latest[n], ceilings) for n in sorted(latest)]
+    fastest = fastest_ceilings(list(latest.values()))
+    derived = [derive(latest[n], row_ceilings(latest[n], fastest)) for n in sorted(latest)]
     if len({latest[n].get("gpu") for n in latest}) > 1:     # merged runs of two GPU models: say whose row
         for d in derived:
             gpu = latest[d["problem"]].get("gpu") or "GPU unknown"
@@ -1022,7 +1025,7 @@ def header_lines(rows: list[dict[str, Any]]) -> list[str]:
     devices = sorted({r.get("device") for r in rows if r.get("device")})
     versions = next((r["versions"] for r in rows if r.get("versions")), {})
     tabled = list(latest_rows(rows).values())       # the rows the table's floors come from
-    ceilings = fastest_ceilings(tabled)
+    fastest = fastest_ceilings(tabled)
     measured = [r["ceilings"]["copy_gbps"] for r in tabled if (r.get("ceilings") or {}).get("copy_gbps")]
     spread = (f" (copy measured {min(measured):.0f}–{max(measured):.0f} GB/s over {len(measured)} rows)"
               if measured else "")
@@ -1032,8 +1035,9 @@ def header_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"- Written {time.strftime('%Y-%m-%d %H:%M:%S')}; kernelab budget "
             f"{', '.join(f'{m:g}' for m in sorted({r['minutes_budget'] for r in rows if r.get('minutes_budget')}))}"
             " min per problem",
-            f"- Ceilings, the fastest of each rate measured in these rows{spread}: "
-            f"{json.dumps({k: ceilings[k] for k in RATES if k in ceilings}) if ceilings else '—'}",
+            f"- Ceilings, the fastest of each rate measured in these rows on each GPU model{spread}: "
+            + ("; ".join(f"{model or 'GPU unknown'} {json.dumps({k: c[k] for k in RATES if k in c})}"
+                         for model, c in sorted(fastest.items())) or "—"),
             "- ms: median of cold-L2 samples taken in interleaved rounds; × X = X's ms / kernelab's ms; "
             "% SOL = floor (at those ceilings) / kernelab ms; GPU min = kernelab's active time (wall of "
             "`kernelab port`, or of `kernelab daemon --once` on an inbox).",

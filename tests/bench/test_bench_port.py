@@ -112,15 +112,18 @@ def test_a_merged_report_takes_untimed_compile_modes_from_the_earlier_row(tmp_pa
     assert "earlier command" not in line and "| — |" in line, "a mode that failed now is not papered over"
 
 
-def test_speed_of_light_is_taken_at_the_fastest_rates_the_merged_rows_measured():
-    """A ceiling measured low in one worker must not flatter that row's % of speed of light."""
+def test_speed_of_light_is_taken_at_the_fastest_rates_the_merged_rows_measured_on_that_gpu_model():
+    """A ceiling measured low in one worker must not flatter that row's % of speed of light, and
+    an H100 row's floor is never taken at an H200's rates."""
     run = bench_module()
     h200 = {"device_name": "NVIDIA H200", "copy_gbps": 4053.0, "bf16_tflops": 800.0}
-    rows = [{"ceilings": h200}, {"ceilings": {**h200, "copy_gbps": 4255.0, "bf16_tflops": 780.0}}, {}]
-    best = run.fastest_ceilings(rows)
-    assert best["copy_gbps"] == 4255.0 and best["bf16_tflops"] == 800.0
-    other = {"ceilings": {**h200, "device_name": "NVIDIA H100"}}
-    assert run.fastest_ceilings([*rows, other]) is None, "rates of two GPU models are not mixed"
+    h100 = {"device_name": "NVIDIA H100", "copy_gbps": 2586.0, "bf16_tflops": 790.0}
+    rows = [{"ceilings": h200}, {"ceilings": {**h200, "copy_gbps": 4255.0, "bf16_tflops": 780.0}}, {},
+            {"ceilings": h100}, {"ceilings": {**h100, "copy_gbps": 3010.0}}]
+    fastest = run.fastest_ceilings(rows)
+    assert run.row_ceilings(rows[0], fastest) == {**h200, "copy_gbps": 4255.0, "bf16_tflops": 800.0}
+    assert run.row_ceilings(rows[3], fastest) == {**h100, "copy_gbps": 3010.0}
+    assert run.row_ceilings(rows[2], fastest) is None, "a row without ceilings keeps its own floor"
 
 
 @pytest.mark.slow
