@@ -16,6 +16,12 @@ never leave registers and each key/value block is read once per query block.
   a power of two) pays for no bounds checks inside the key loop.
 - Causal attention (``is_causal=True``) is PyTorch's top-left aligned mask: query ``i`` sees keys
   ``j <= i``; key blocks wholly above the diagonal are not visited at all.
+- With ``SPLIT_MASK`` the key loop runs in two stages, as Triton's fused-attention tutorial does:
+  the key blocks every query of the block sees whole (below the causal diagonal, before a partial
+  last block) without a mask, then the few that need one (the diagonal, the partial block); a
+  causal program otherwise masks every block. ``SPLIT_MASK = 0`` is the single masked loop, kept
+  as a tunable so a job screens both. Causal query blocks are launched longest first (the last
+  rows see the most keys), so the short ones fill the tail of the grid.
 - Any sequence lengths (masked), head dims padded to a power of two (masked), separate head dims
   for ``q``/``k`` and ``v``, heads wider than ``MAX_HEAD`` in chunks (``_attention``); inputs of
   2 to 4 dims are read through their strides as ``(Z, H, S, D)``, so transposed views cost no
@@ -32,21 +38,23 @@ from dataclasses import dataclass
 from kernelabd.propose.templates import common
 
 TUNE_VALUES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [2, 4, 8],
-               "num_stages": [1, 2, 3, 4]}
-TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+               "num_stages": [1, 2, 3, 4], "SPLIT_MASK": [0, 1]}
+TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "SPLIT_MASK": 1}
+HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "SPLIT_MASK": 1}
 """fp16/bf16 operands start at the tile Triton's flash-attention tutorial uses on Hopper for a
 128-wide head; fp32 ones keep the smaller tile, whose dots hold more in registers (figures:
 bench/port/README.md, "Template seeds")."""
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
     "half": [HALF_START, {**HALF_START, "BLOCK_N": 128}, {**HALF_START, "num_stages": 4},
-             {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}],
-    "fp32": [TUNE_START, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}],
+             {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT_MASK": 1}],
+    "fp32": [TUNE_START, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT_MASK": 1}],
 }
 """Known-good starting configurations on sm_90, best first, the seed first: for half precision
 the variants measured on the H200 beside the seed (128-wide key blocks 0.576 ms against 0.577,
 4 stages 0.578: bench/port/README.md), then a smaller tile for short sequences and 64-wide
-heads. Each dict sets every tunable."""
+heads; each measured with the single masked loop, which ``SPLIT_MASK`` leaves unchanged for
+non-causal attention at whole blocks (the split's causal form is not yet timed on a GPU). Each
+dict sets every tunable."""
 
 AS_4D = '''
 
@@ -100,39 +108,14 @@ def kernel(precision: str) -> str:
     return f'''
 
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
-                     sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, soz, soh, som, sod,
-                     IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_M: tl.constexpr,
-                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr,
-                     D_CHUNKED: tl.constexpr):
-    pid = tl.program_id(0)
-    blocks_m = tl.cdiv(M, BLOCK_M)
-    zh = pid // blocks_m
-    pid_m = pid % blocks_m
-    z = (zh // H).to(tl.int64)
-    h = (zh % H).to(tl.int64)
-    q_ptr += z * sqz + h * sqh
-    k_ptr += z * skz + h * skh
-    v_ptr += z * svz + h * svh
-    o_ptr += z * soz + h * soh
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.arange(0, BLOCK_N)
-    rd = tl.arange(0, BLOCK_D)
-    re = tl.program_id(1) * BLOCK_DV + tl.arange(0, BLOCK_DV)
-    q_ptrs = q_ptr + rm[:, None] * sqm + rd[None, :] * sqd
-    if not D_CHUNKED:
-        if EVEN_M and EVEN_D:
-            q = tl.load(q_ptrs)
-        else:
-            q = tl.load(q_ptrs, mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
-    hi = N
-    if IS_CAUSAL:
-        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
-    for start in range(0, hi, BLOCK_N):
+def _attend(q, q_ptrs, k_ptr, v_ptr, m_i, l_i, acc, lo, hi, qk_scale, rm, rn, rd, re, M, N, D, DV,
+            sqd, skn, skd, svn, svd, MASKED: tl.constexpr, IN_BOUNDS: tl.constexpr,
+            IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+            EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr, D_CHUNKED: tl.constexpr):
+    """Key blocks ``lo`` to ``hi`` of one query block into the online softmax. ``MASKED``: a
+    block may hold keys past ``N`` or above the causal diagonal, so scores are masked;
+    ``IN_BOUNDS``: every key is below ``N``, so key and value rows load without a mask."""
+    for start in range(lo, hi, BLOCK_N):
         cols = start + rn
         v_ptrs = v_ptr + cols[:, None] * svn + re[None, :] * svd
         if D_CHUNKED:
@@ -146,18 +129,20 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
             vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
         else:
             k_ptrs = k_ptr + rd[:, None] * skd + cols[None, :] * skn
-            if EVEN_N and EVEN_D:
+            if IN_BOUNDS and EVEN_D:
                 kt = tl.load(k_ptrs)
                 vb = tl.load(v_ptrs)
             else:
                 kt = tl.load(k_ptrs, mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
                 vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
             qk = _dot(q, kt, "{precision}")
-        if IS_CAUSAL or not EVEN_N or not POS_SCALE:
-            keep = cols[None, :] < N
-            if IS_CAUSAL:
-                keep = keep & (cols[None, :] <= rm[:, None])
-            s = tl.where(keep, qk * qk_scale, float("-inf"))
+        if MASKED or not POS_SCALE:
+            s = qk * qk_scale
+            if MASKED:
+                keep = cols[None, :] < N
+                if IS_CAUSAL:
+                    keep = keep & (cols[None, :] <= rm[:, None])
+                s = tl.where(keep, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             p = tl.exp2(s - m_new[:, None])
         else:
@@ -167,6 +152,57 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + _dot(p.to(vb.dtype), vb, "{precision}")
         m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
+                     sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, soz, soh, som, sod,
+                     IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_M: tl.constexpr,
+                     EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr,
+                     D_CHUNKED: tl.constexpr, SPLIT_MASK: tl.constexpr):
+    pid = tl.program_id(0)
+    blocks_m = tl.cdiv(M, BLOCK_M)
+    zh = pid // blocks_m
+    pid_m = pid % blocks_m
+    if IS_CAUSAL:
+        pid_m = blocks_m - 1 - pid_m
+    z = (zh // H).to(tl.int64)
+    h = (zh % H).to(tl.int64)
+    q_ptr += z * sqz + h * sqh
+    k_ptr += z * skz + h * skh
+    v_ptr += z * svz + h * svh
+    o_ptr += z * soz + h * soh
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    re = tl.program_id(1) * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    q_ptrs = q_ptr + rm[:, None] * sqm + rd[None, :] * sqd
+    q = q_ptrs
+    if not D_CHUNKED:
+        if EVEN_M and EVEN_D:
+            q = tl.load(q_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=(rm[:, None] < M) & (rd[None, :] < D), other=0.0)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
+    hi = N
+    if IS_CAUSAL:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    whole = 0
+    if SPLIT_MASK:
+        whole = N // BLOCK_N * BLOCK_N
+        if IS_CAUSAL:
+            whole = tl.minimum(pid_m * BLOCK_M, N) // BLOCK_N * BLOCK_N
+        m_i, l_i, acc = _attend(q, q_ptrs, k_ptr, v_ptr, m_i, l_i, acc, 0, whole, qk_scale, rm, rn, rd,
+                                re, M, N, D, DV, sqd, skn, skd, svn, svd, False, True, IS_CAUSAL,
+                                BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED)
+    if IS_CAUSAL or not EVEN_N or not SPLIT_MASK:      # else every key block was whole
+        m_i, l_i, acc = _attend(q, q_ptrs, k_ptr, v_ptr, m_i, l_i, acc, whole, hi, qk_scale, rm, rn, rd,
+                                re, M, N, D, DV, sqd, skn, skd, svn, svd, IS_CAUSAL or not EVEN_N, EVEN_N,
+                                IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED)
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + rm[:, None] * som + re[None, :] * sod
     if EVEN_M and EVEN_D:
@@ -205,7 +241,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                            IS_CAUSAL=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                            BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_M=M % BLOCK_M == 0,
                            EVEN_N=N % BLOCK_N == 0, EVEN_D=block_d == D and block_dv == DV,
-                           POS_SCALE=scale > 0, D_CHUNKED=chunked, num_warps=num_warps, num_stages=num_stages)
+                           POS_SCALE=scale > 0, D_CHUNKED=chunked, SPLIT_MASK=SPLIT_MASK,
+                           num_warps=num_warps, num_stages=num_stages)
     return out
 '''
 
