@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from kernelabd.propose.base import Decline
 from kernelabd.propose.template.proposer import NO_MATCH, TemplateProposer, instantiate
 from kernelabd.propose.templates import attention
-from kernelabd.propose.tune import parse_tunables
+from kernelabd.propose.tune import parse_tunables, with_params
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import context, reference
 
@@ -74,10 +74,21 @@ def test_generated_candidate_passes_the_real_gate(tmp_path, name):
     assert proposal.edit.startswith("template: attention") and words in proposal.edit
     assert "\n" not in proposal.edit and proposal.parent_id is None
     assert [t.name for t in parse_tunables(proposal.source)] == ["BLOCK_M", "BLOCK_N", "num_warps",
-                                                                 "num_stages", "SPLIT_MASK"]
+                                                                 "num_stages", "SPLIT_MASK", "TMA"]
     dots = "ieee" if "bfloat16" in source else "tf32x3"   # half operands: plain tensor-core dots
     assert f', "{dots}")' in proposal.source and ', "tf32")' not in proposal.source
     assert_passes(gate(tmp_path, name, source, None, proposal.source))
+
+
+@pytest.mark.parametrize("name", ["sdpa_bf16", "sdpa_causal_scale", "written_out_3d"])
+def test_descriptor_loads_pass_the_real_gate(tmp_path, name):
+    """The ``TMA`` neighbour the tuner screens first must be as correct as the seed: bf16
+    through descriptors, a causal diagonal split from its whole blocks, keys longer than queries
+    and a value head of its own (odd sequence lengths: the descriptors zero-fill past them)."""
+    source, _ = REFERENCES[name]
+    proposal = TemplateProposer().propose(context(source))
+    assert not isinstance(proposal, Decline)
+    assert_passes(gate(tmp_path, name, source, None, with_params(proposal.source, {"TMA": 1, "SPLIT_MASK": 1})))
 
 
 SWEEP = """
@@ -94,11 +105,11 @@ want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_cau
 scale = float(want.abs().max())
 errors = {"torch_fp32": float((F.scaled_dot_product_attention(q, k, v, is_causal=causal).double() - want)
                               .abs().max()) / scale}
-for (block_m, block_n), split in itertools.product([(16, 16), (16, 128), (128, 16), (32, 64)], (0, 1)):
-    module.BLOCK_M, module.BLOCK_N, module.SPLIT_MASK = block_m, block_n, split
+for (block_m, block_n), split, tma in itertools.product([(16, 16), (16, 128), (128, 16), (32, 64)], (0, 1), (0, 1)):
+    module.BLOCK_M, module.BLOCK_N, module.SPLIT_MASK, module.TMA = block_m, block_n, split, tma
     got = module._attention(q, k, v, 24 ** -0.5, causal)
     assert got.dtype == q.dtype and got.shape == want.shape
-    errors[f"{block_m}x{block_n} split {split}"] = float((got.double() - want).abs().max()) / scale
+    errors[f"{block_m}x{block_n} split {split} tma {tma}"] = float((got.double() - want).abs().max()) / scale
 # whole blocks (the unmasked path) and a negative scale (which must keep the masked one); the
 # logits spread over thousands, so a wrong running max overflows exp2. Written out, not SDPA:
 # torch 2.14's SDPA returns NaN for a causal mask with a negative scale.
@@ -115,12 +126,12 @@ q, k, v = (torch.randn(2, 64, 32, generator=gen) * 8.0 for _ in range(3))
 for sm_scale in (32 ** -0.5, -0.3):
     want = written_out(q.double(), k.double(), v.double(), sm_scale)
     torch_err = float((written_out(q, k, v, sm_scale).double() - want).abs().max()) / float(want.abs().max())
-    for (block_m, block_n), split in itertools.product([(16, 16), (64, 32), (32, 64)], (0, 1)):
-        module.BLOCK_M, module.BLOCK_N, module.SPLIT_MASK = block_m, block_n, split
+    for (block_m, block_n), split, tma in itertools.product([(16, 16), (64, 32), (32, 64)], (0, 1), (0, 1)):
+        module.BLOCK_M, module.BLOCK_N, module.SPLIT_MASK, module.TMA = block_m, block_n, split, tma
         got = module._attention(q, k, v, sm_scale, causal)
         err = float((got.double() - want).abs().max()) / float(want.abs().max())
         # in units of fp32 torch's own error on these inputs
-        errors[f"even {block_m}x{block_n} split {split} scale {sm_scale:.2f}"] = err / max(torch_err, 1e-7)
+        errors[f"even {block_m}x{block_n} split {split} tma {tma} scale {sm_scale:.2f}"] = err / max(torch_err, 1e-7)
 print(json.dumps(errors))
 """
 
@@ -128,7 +139,8 @@ print(json.dumps(errors))
 @pytest.mark.parametrize("causal", [False, True])
 def test_online_softmax_holds_for_every_block_shape(tmp_path, causal):
     """Block shapes the tuner may choose, each with the key loop in one masked stage and split
-    into its unmasked blocks and the rest (``SPLIT_MASK``): one key block or many, query blocks
+    into its unmasked blocks and the rest (``SPLIT_MASK``), with pointer loads and with TMA
+    descriptors (zero-filled past the keys and the head dim): one key block or many, query blocks
     smaller and larger than key blocks (the causal loop bound and the diagonal), a head dim
     padded from 24 to 32, more queries than keys; then sizes in whole blocks, which take the
     unmasked path, at a positive and a negative scale (whose row max is not the scaled max of the

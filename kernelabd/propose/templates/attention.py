@@ -22,6 +22,11 @@ never leave registers and each key/value block is read once per query block.
   causal program otherwise masks every block. ``SPLIT_MASK = 0`` is the single masked loop, kept
   as a tunable so a job screens both. Causal query blocks are launched longest first (the last
   rows see the most keys), so the short ones fill the tail of the grid.
+- With ``TMA`` (a tunable, off at the measured starts) key and value blocks arrive through TMA
+  tensor descriptors (``tl.make_tensor_descriptor``, one per (batch, head)), as in Triton's
+  tutorial on Hopper: the copy engine fills shared memory and zero-fills rows past the sequence.
+  Only where a descriptor can address them (unit last stride, 16-byte aligned base and strides)
+  and a head fits a program whole; elsewhere the pointer loads.
 - Any sequence lengths (masked), head dims padded to a power of two (masked), separate head dims
   for ``q``/``k`` and ``v``, heads wider than ``MAX_HEAD`` in chunks (``_attention``); inputs of
   2 to 4 dims are read through their strides as ``(Z, H, S, D)``, so transposed views cost no
@@ -38,23 +43,25 @@ from dataclasses import dataclass
 from kernelabd.propose.templates import common
 
 TUNE_VALUES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [2, 4, 8],
-               "num_stages": [1, 2, 3, 4], "SPLIT_MASK": [0, 1]}
-TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "SPLIT_MASK": 1}
-HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "SPLIT_MASK": 1}
+               "num_stages": [1, 2, 3, 4], "SPLIT_MASK": [0, 1], "TMA": [0, 1]}
+TUNE_START = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "SPLIT_MASK": 1, "TMA": 0}
+HALF_START = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "SPLIT_MASK": 1, "TMA": 0}
 """fp16/bf16 operands start at the tile Triton's flash-attention tutorial uses on Hopper for a
 128-wide head; fp32 ones keep the smaller tile, whose dots hold more in registers (figures:
 bench/port/README.md, "Template seeds")."""
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
     "half": [HALF_START, {**HALF_START, "BLOCK_N": 128}, {**HALF_START, "num_stages": 4},
-             {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT_MASK": 1}],
-    "fp32": [TUNE_START, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT_MASK": 1}],
+             {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT_MASK": 1,
+              "TMA": 0}],
+    "fp32": [TUNE_START, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT_MASK": 1,
+                                 "TMA": 0}],
 }
 """Known-good starting configurations on sm_90, best first, the seed first: for half precision
 the variants measured on the H200 beside the seed (128-wide key blocks 0.576 ms against 0.577,
 4 stages 0.578: bench/port/README.md), then a smaller tile for short sequences and 64-wide
 heads; each measured with the single masked loop, which ``SPLIT_MASK`` leaves unchanged for
-non-causal attention at whole blocks (the split's causal form is not yet timed on a GPU). Each
-dict sets every tunable."""
+non-causal attention at whole blocks (the split's causal form and ``TMA`` are not yet timed on
+a GPU: the first screened batch tries each as a neighbour). Each dict sets every tunable."""
 
 AS_4D = '''
 
@@ -63,6 +70,21 @@ def _as_4d(t: torch.Tensor) -> torch.Tensor:
     while t.dim() < 4:
         t = t.unsqueeze(0)
     return t
+
+
+def _addressable(t: torch.Tensor) -> bool:
+    """Whether a TMA descriptor per (batch, head) can read ``t`` as ``(S, D)`` rows: a unit
+    last stride, a 16-byte aligned base, and 16-byte aligned strides to each head and row
+    (a dim of size 1 is never stepped over)."""
+    size = t.element_size()
+    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0
+            and all(s * size % 16 == 0 for s, n in zip(t.stride()[:3], t.shape[:3]) if n > 1))
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Global memory for descriptors built on the device (``tl.make_tensor_descriptor``),
+    which Triton asks of the allocator it was given (``triton.set_allocator``)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
 '''
 # The output's memory order matters: the gate compares strides with the reference's output.
 # PyTorch's SDPA allocates it differently per backend; a written-out ``p @ v`` is contiguous.
@@ -108,27 +130,32 @@ def kernel(precision: str) -> str:
     return f'''
 
 @triton.jit
-def _attend(q, q_ptrs, k_ptr, v_ptr, m_i, l_i, acc, lo, hi, qk_scale, rm, rn, rd, re, M, N, D, DV,
+def _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, lo, hi, qk_scale, rm, rn, rd, re, M, N, D, DV,
             sqd, skn, skd, svn, svd, MASKED: tl.constexpr, IN_BOUNDS: tl.constexpr,
             IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-            EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr, D_CHUNKED: tl.constexpr):
+            EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr, D_CHUNKED: tl.constexpr, TMA: tl.constexpr):
     """Key blocks ``lo`` to ``hi`` of one query block into the online softmax. ``MASKED``: a
     block may hold keys past ``N`` or above the causal diagonal, so scores are masked;
-    ``IN_BOUNDS``: every key is below ``N``, so key and value rows load without a mask."""
+    ``IN_BOUNDS``: every key is below ``N``, so key and value rows load without a mask.
+    ``k_src``/``v_src``: this head's keys and values, pointers or (``TMA``) descriptors."""
     for start in range(lo, hi, BLOCK_N):
         cols = start + rn
-        v_ptrs = v_ptr + cols[:, None] * svn + re[None, :] * svd
-        if D_CHUNKED:
+        if TMA:
+            kt = k_src.load([start, 0]).T
+            vb = v_src.load([start, 0])
+            qk = _dot(q, kt, "{precision}")
+        elif D_CHUNKED:
             qk = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for d0 in range(0, D, BLOCK_D):
                 dd = d0 + rd
                 qc = tl.load(q_ptrs + d0 * sqd, mask=(rm[:, None] < M) & (dd[None, :] < D), other=0.0)
-                kc = tl.load(k_ptr + dd[:, None] * skd + cols[None, :] * skn,
+                kc = tl.load(k_src + dd[:, None] * skd + cols[None, :] * skn,
                              mask=(dd[:, None] < D) & (cols[None, :] < N), other=0.0)
                 qk = _dot_acc(qc, kc, qk, "{precision}")
-            vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
+            vb = tl.load(v_src + cols[:, None] * svn + re[None, :] * svd, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
         else:
-            k_ptrs = k_ptr + rd[:, None] * skd + cols[None, :] * skn
+            k_ptrs = k_src + rd[:, None] * skd + cols[None, :] * skn
+            v_ptrs = v_src + cols[:, None] * svn + re[None, :] * svd
             if IN_BOUNDS and EVEN_D:
                 kt = tl.load(k_ptrs)
                 vb = tl.load(v_ptrs)
@@ -161,7 +188,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
                      IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_M: tl.constexpr,
                      EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr,
-                     D_CHUNKED: tl.constexpr, SPLIT_MASK: tl.constexpr):
+                     D_CHUNKED: tl.constexpr, SPLIT_MASK: tl.constexpr, TMA: tl.constexpr):
     pid = tl.program_id(0)
     blocks_m = tl.cdiv(M, BLOCK_M)
     zh = pid // blocks_m
@@ -179,6 +206,11 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
     rd = tl.arange(0, BLOCK_D)
     re = tl.program_id(1) * BLOCK_DV + tl.arange(0, BLOCK_DV)
     q_ptrs = q_ptr + rm[:, None] * sqm + rd[None, :] * sqd
+    k_src = k_ptr
+    v_src = v_ptr
+    if TMA:
+        k_src = tl.make_tensor_descriptor(k_ptr, shape=[N, D], strides=[skn, 1], block_shape=[BLOCK_N, BLOCK_D])
+        v_src = tl.make_tensor_descriptor(v_ptr, shape=[N, DV], strides=[svn, 1], block_shape=[BLOCK_N, BLOCK_DV])
     q = q_ptrs
     if not D_CHUNKED:
         if EVEN_M and EVEN_D:
@@ -196,13 +228,13 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
         whole = N // BLOCK_N * BLOCK_N
         if IS_CAUSAL:
             whole = tl.minimum(pid_m * BLOCK_M, N) // BLOCK_N * BLOCK_N
-        m_i, l_i, acc = _attend(q, q_ptrs, k_ptr, v_ptr, m_i, l_i, acc, 0, whole, qk_scale, rm, rn, rd,
+        m_i, l_i, acc = _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, 0, whole, qk_scale, rm, rn, rd,
                                 re, M, N, D, DV, sqd, skn, skd, svn, svd, False, True, IS_CAUSAL,
-                                BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED)
+                                BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED, TMA)
     if IS_CAUSAL or not EVEN_N or not SPLIT_MASK:      # else every key block was whole
-        m_i, l_i, acc = _attend(q, q_ptrs, k_ptr, v_ptr, m_i, l_i, acc, whole, hi, qk_scale, rm, rn, rd,
+        m_i, l_i, acc = _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, whole, hi, qk_scale, rm, rn, rd,
                                 re, M, N, D, DV, sqd, skn, skd, svn, svd, IS_CAUSAL or not EVEN_N, EVEN_N,
-                                IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED)
+                                IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED, TMA)
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + rm[:, None] * som + re[None, :] * sod
     if EVEN_M and EVEN_D:
@@ -235,13 +267,16 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     chunked = block_d > {MAX_HEAD}
     if chunked:
         block_d, block_dv = {MAX_HEAD // 4}, min(block_dv, {MAX_HEAD // 2})
+    tma = bool(TMA) and not chunked and _addressable(k4) and _addressable(v4)
+    if tma and q.is_cuda:
+        triton.set_allocator(_scratch)
     grid = (triton.cdiv(M, BLOCK_M) * Z * H, triton.cdiv(DV, block_dv))
     attention_kernel[grid](q4, k4, v4, o4, float(scale) * 1.4426950408889634, H, M, N, D, DV,
                            *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                            IS_CAUSAL=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                            BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_M=M % BLOCK_M == 0,
                            EVEN_N=N % BLOCK_N == 0, EVEN_D=block_d == D and block_dv == DV,
-                           POS_SCALE=scale > 0, D_CHUNKED=chunked, SPLIT_MASK=SPLIT_MASK,
+                           POS_SCALE=scale > 0, D_CHUNKED=chunked, SPLIT_MASK=SPLIT_MASK, TMA=tma,
                            num_warps=num_warps, num_stages=num_stages)
     return out
 '''
