@@ -79,12 +79,6 @@ def _addressable(t: torch.Tensor) -> bool:
     size = t.element_size()
     return (t.stride(3) == 1 and t.data_ptr() % 16 == 0
             and all(s * size % 16 == 0 for s, n in zip(t.stride()[:3], t.shape[:3]) if n > 1))
-
-
-def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Global memory for descriptors built on the device (``tl.make_tensor_descriptor``),
-    which Triton asks of the allocator it was given (``triton.set_allocator``)."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
 '''
 # The output's memory order matters: the gate compares strides with the reference's output.
 # PyTorch's SDPA allocates it differently per backend; a written-out ``p @ v`` is contiguous.
@@ -152,7 +146,8 @@ def _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, lo, hi, qk_scale, rm, rn, rd
                 kc = tl.load(k_src + dd[:, None] * skd + cols[None, :] * skn,
                              mask=(dd[:, None] < D) & (cols[None, :] < N), other=0.0)
                 qk = _dot_acc(qc, kc, qk, "{precision}")
-            vb = tl.load(v_src + cols[:, None] * svn + re[None, :] * svd, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
+            vb = tl.load(v_src + cols[:, None] * svn + re[None, :] * svd,
+                         mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
         else:
             k_ptrs = k_src + rd[:, None] * skd + cols[None, :] * skn
             v_ptrs = v_src + cols[:, None] * svn + re[None, :] * svd
@@ -297,7 +292,8 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
               + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START)
-              + f"STARTS = {SM90_STARTS['half' if op.half else 'fp32']!r}\n" + common.DOT_HELPER + AS_4D
+              + f"STARTS = {SM90_STARTS['half' if op.half else 'fp32']!r}\n"
+              + common.DOT_HELPER + common.SCRATCH_HELPER + AS_4D
               + (SDPA_OUTPUT if op.sdpa else "")
               + kernel(op.precision) + launcher(op.sdpa)
               + common.model_class(init, forward(op, signature)))

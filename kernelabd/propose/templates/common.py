@@ -61,6 +61,14 @@ def _sms(x: torch.Tensor) -> int:
     return torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 3
 '''
 
+SCRATCH_HELPER = '''
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Global memory for descriptors built on the device (``tl.make_tensor_descriptor``),
+    which Triton asks of the allocator it was given (``triton.set_allocator``)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+'''
+
 
 @dataclass
 class Chain:

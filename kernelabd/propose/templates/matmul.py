@@ -160,12 +160,6 @@ def _split_k(tiles: int, k_tiles: int, programs: int) -> int:
     return max(1, min(programs // tiles, k_tiles // 4))
 
 
-def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Global memory for descriptors built on the device (``tl.make_tensor_descriptor``),
-    which Triton asks of the allocator it was given (``triton.set_allocator``)."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
-
-
 def _tile(limit: int, extent: int) -> int:
     """A tile side no larger than needed: a 1-column product does not run 256-wide tiles."""
     return min(limit, max(16, triton.next_power_of_2(extent)))
@@ -471,7 +465,8 @@ def _matmul_source(op: Matmul, doc: str, imports: list[str], values: dict[str, l
     starts = [{**s, **extra_values} for s in configurations(op)]
     return (common.header(doc, imports) + common.tunables(values, starts[0], common.resources(RESOURCES, op.precision))
             + f"STARTS = {starts!r}\n" + extra
-            + helper + PACK_HELPER + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
+            + helper + PACK_HELPER + common.SMS_HELPER + common.SCRATCH_HELPER + PLAN_HELPER + common.DOT_HELPER
+            + LAUNCH_HELPER
             + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + splitk_kernel(op.epilogue)
             + kernels + model)
 
@@ -554,7 +549,8 @@ def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> t
                             imports)
               + common.tunables(MLP_VALUES, seed, common.resources(MLP_RESOURCES, op.precision))
               + f"STARTS = {starts!r}\n"
-              + PACK_HELPER + common.SMS_HELPER + PLAN_HELPER + common.DOT_HELPER + LAUNCH_HELPER
+              + PACK_HELPER + common.SMS_HELPER + common.SCRATCH_HELPER + PLAN_HELPER + common.DOT_HELPER
+              + LAUNCH_HELPER
               + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision) + splitk_kernel(common.Chain())
               + common.model_class(init, mlp_forward(op, signature)))
