@@ -841,7 +841,8 @@ def fastest_ceilings(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def row_ceilings(row: dict[str, Any], fastest: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The fastest rates of the row's GPU model (``fastest_ceilings``), else None."""
-    return fastest.get((row.get("ceilings") or {}).get("device_name") or "") if row.get("ceilings") else None
+    measured = row.get("ceilings")
+    return fastest.get(measured.get("device_name") or "") if measured else None
 
 
 def _f(value: float | None, spec: str = ".4g", suffix: str = "") -> str:

@@ -144,8 +144,7 @@ def test_online_softmax_holds_for_every_block_shape(tmp_path, causal):
     smaller and larger than key blocks (the causal loop bound and the diagonal), a head dim
     padded from 24 to 32, more queries than keys; then sizes in whole blocks, which take the
     unmasked path, at a positive and a negative scale (whose row max is not the scaled max of the
-    raw products). Run in a subprocess: the
-    interpreter must be on before Triton is imported."""
+    raw products). Run in a subprocess: the interpreter must be on before Triton is imported."""
     found = instantiate(reference(SDPA.format(f", is_causal={causal}"),
                                   inputs="torch.randn(2, 37, 24), torch.randn(2, 29, 24), torch.randn(2, 29, 24)"))
     assert found is not None
