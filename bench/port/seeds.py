@@ -4,6 +4,7 @@ port per guess.
 
     python3 bench/port/seeds.py --out DIR [--only NAME ...] [--proposer template|inductor]
                                 [--variant NAME:TUNABLE=VALUE,... ...] [--rounds 3] [--reps 30]
+                                [--peers default max-autotune] [--profile N]
     python3 bench/port/seeds.py --device cpu --out DIR --only softmax   # logic check, default sizes
 
 For each problem (``bench/port/problems``): the reference at its ``[sizes.cuda]`` sizes on the
@@ -12,9 +13,12 @@ candidate (kernelab's own, as ``sm90.py`` builds it) as generated, and once per 
 with those tunables set (names the seed does not declare are ignored; a variant that changes
 nothing is dropped). Each is built with the reference's ``state_dict``, its output compared with
 eager's (normwise relative difference: a sanity check, not kernelab's gate), and all are timed
-together with ``run.py``'s timer (interleaved rounds, cold L2, device time only). The floor is
-kernelab's speed of light from ceilings measured here. Rows go to ``DIR/seeds.jsonl`` as each
-problem ends; the table is printed last and written to ``DIR/seeds.md``.
+together with ``run.py``'s timer (interleaved rounds, cold L2, device time only), beside
+torch.compile in each ``--peers`` mode. The floor is kernelab's speed of light from ceilings
+measured here. ``--profile N`` then runs each of them N times under ``torch.profiler`` and lists
+the kernels each spends its time in (device time a call, top kernels first; on a CPU, operators'
+host time): where a port loses, whether to its product, a copy around it or a second kernel.
+Rows go to ``DIR/seeds.jsonl`` as each problem ends; the table is printed last and written to ``DIR/seeds.md``.
 
 Developer tooling: the seeds are kernelab's own proposers' output, run in this process.
 """
@@ -141,6 +145,9 @@ def time_sources(problem: Path, built: tuple[Any, Any, list[Any]], found: dict[s
     row["errors"].update(errors)
     row["ms"] = {k: v["ms"] for k, v in timed.items()}
     row["iqr_rel"] = {k: v["iqr_rel"] for k, v in timed.items()}
+    if args.profile:
+        row["kernels"] = profile({k: v for k, v in variants.items() if k not in row["errors"]},
+                                 args.profile, device)
     variants.clear()                     # the GPU memory goes with the closures
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -152,8 +159,47 @@ def measure(problem: Path, args: argparse.Namespace, ceilings: dict[str, Any], w
 
     built = build(problem, load_problem(problem).sidecar.constants_for(args.device), args.device)
     model, inputs = built[1], built[2]
-    return time_sources(problem, built, sources(problem, args.proposer, args.variant),
-                        {"eager": lambda: model(*inputs)}, args, ceilings, work)
+    baselines: dict[str, Any] = {"eager": lambda: model(*inputs)}
+    for mode in args.peers:
+        baselines[PEER_NAMES[mode]] = port_run.compiled_call(model, inputs, mode)
+    return time_sources(problem, built, sources(problem, args.proposer, args.variant), baselines,
+                        args, ceilings, work)
+
+
+PEER_NAMES = {"default": "compile", "max-autotune": "max-autotune"}
+"""``--peers`` mode → the row's name for it (``run.py``'s column names)."""
+PROFILE_TOP = 8
+"""Kernels listed a variant: the rest are summed into one line."""
+
+
+def profile(variants: dict[str, Any], calls: int, device: str) -> dict[str, list[list[Any]]]:
+    """Each variant run ``calls`` times under ``torch.profiler`` (after one warm-up call):
+    ``[name, launches a call, µs a call]`` of its kernels, the most time first, the tail summed
+    as ``"(others)"``. Device time on a GPU; on a CPU, operators' own host time."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    cuda = device == "cuda"
+    out: dict[str, list[list[Any]]] = {}
+    for name, fn in variants.items():
+        fn()
+        port_run._sync(device)
+        with torch.profiler.profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                fn()
+            port_run._sync(device)
+        rows = []
+        for event in prof.key_averages():
+            us = (event.self_device_time_total if cuda else event.self_cpu_time_total) / calls
+            if us > 0 and (not cuda or event.device_type == torch.autograd.DeviceType.CUDA):
+                rows.append([event.key, round(event.count / calls, 2), round(us, 2)])
+        rows.sort(key=lambda r: -r[2])
+        if len(rows) > PROFILE_TOP:
+            rest = rows[PROFILE_TOP:]
+            rows = [*rows[:PROFILE_TOP], ["(others)", round(sum(r[1] for r in rest), 2),
+                                          round(sum(r[2] for r in rest), 2)]]
+        out[name] = rows
+    return out
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -175,6 +221,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def kernel_table(rows: list[dict[str, Any]]) -> str:
+    """``--profile``'s findings: each variant's kernels, µs a call (device time on a GPU)."""
+    lines = ["| problem | variant | kernel | launches a call | µs a call |", "|---|---|---|---:|---:|"]
+    for row in rows:
+        for name, kernels in row.get("kernels", {}).items():
+            lines += [f"| {row['problem']} | {name} | `{k[:90]}` | {n:g} | {us:.1f} |" for k, n, us in kernels]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -187,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--max-timing-s", type=float, default=3.0, help="cap on one variant's timed samples")
+    ap.add_argument("--peers", nargs="+", choices=list(PEER_NAMES), default=[],
+                    help="also time torch.compile in these modes (max-autotune: mode max-autotune, "
+                         "CUDA graphs included, as run.py times it)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="list each variant's kernels over N calls under torch.profiler")
     args = ap.parse_args(argv)
     import torch
 
@@ -214,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{k} {v:.4g} ms" for k, v in row.get("ms", {}).items()), flush=True)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (interpreter)"
     text = (f"{name}; torch {torch.__version__}, "
-            f"triton {port_run._version('triton')}; ceilings {json.dumps(ceilings)}\n\n" + table(rows))
+            f"triton {port_run._version('triton')}; ceilings {json.dumps(ceilings)}\n\n" + table(rows)
+            + (f"\n\nKernels (torch.profiler, {args.profile} calls each):\n\n{kernel_table(rows)}"
+               if args.profile else ""))
     (args.out / "seeds.md").write_text(text + "\n")
     print(text)
     return 0

@@ -245,16 +245,21 @@ def test_the_grid_mode_sets_the_tuners_pruning_beside_ptxas(tmp_path):
 
 def test_seeds_times_a_seed_and_its_variants_against_eager(tmp_path):
     """bench/port/seeds.py on CPU (interpreter, default sizes): the seed and each variant that
-    changes something are built with the reference's weights, compared with eager and timed;
-    a variant naming no declared tunable is dropped, not timed twice."""
+    changes something are built with the reference's weights, compared with eager and timed
+    beside torch.compile; a variant naming no declared tunable is dropped, not timed twice;
+    ``--profile`` lists what each of them spends its time in."""
     cmd = [sys.executable, str(BENCH / "seeds.py"), "--device", "cpu", "--out", str(tmp_path),
            "--only", "softmax", "--rounds", "1", "--reps", "2", "--variant", "one:STAGES=2",
-           "nothing:BLOCK_M=64"]
+           "nothing:BLOCK_M=64", "--peers", "default", "--profile", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [json.loads(line) for line in (tmp_path / "seeds.jsonl").read_text().splitlines()]
     assert row["problem"] == "softmax" and row["errors"] == {}
-    assert set(row["ms"]) == {"eager", "seed", "one"} and all(v > 0 for v in row["ms"].values())
+    assert set(row["ms"]) == {"eager", "compile", "seed", "one"} and all(v > 0 for v in row["ms"].values())
+    assert set(row["kernels"]) == set(row["ms"])
+    assert all(kernels and all(n > 0 and us > 0 for _, n, us in kernels) for kernels in row["kernels"].values())
+    assert any(name == "aten::_softmax" for name, _, _ in row["kernels"]["eager"]), row["kernels"]["eager"]
+    assert "| softmax | eager | `aten::_softmax` | 1 |" in proc.stdout
     assert row["values"]["one"] == {**row["values"]["seed"], "STAGES": 2}
     assert all(d < 1e-5 for d in row["rel_error_vs_eager"].values())
     assert row["floor"]["bound"] == "memory"
