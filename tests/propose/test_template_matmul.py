@@ -100,6 +100,37 @@ def test_a_skinny_product_splits_k_by_itself(tmp_path):
     assert all(r.launched("splitk_kernel") and not r.launched("matmul_kernel", SPLIT_K=1) for r in runs)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_batch_of_products_is_one_launch_on_every_path(tmp_path, dtype):
+    """``torch.bmm`` with a scalar epilogue: one launch, a product a grid row, each matrix of the
+    batch read from its own base (descriptors or pointers, the output's rows odd), never split
+    in K; fp32 packs both operands K-major, batch and all."""
+    source = reference("def forward(self, a, b):\n    return torch.relu(torch.bmm(a, b)) * 2.0\n",
+                       inputs=(f"torch.randn(3, 21, 40, dtype=torch.{dtype}), "
+                               f"torch.randn(3, 40, 24, dtype=torch.{dtype})"))
+    runs = sweep(tmp_path, source, [], [[3, 21, 40], [3, 40, 24]], PATHS, dtype)
+    assert_accurate(runs, dtype)
+    for run in runs:
+        (launch,) = run.launches
+        assert launch["kernel"] == "matmul_kernel" and launch["grid"][1] == 3 and launch["SPLIT_K"] == 1, run.settings
+    assert runs[2].launched("matmul_kernel", TMA=True) and runs[1].launched("matmul_kernel", TMA=False)
+
+
+@pytest.mark.parametrize("forward, inputs", [
+    ("torch.matmul(a, b.transpose(-1, -2))", "torch.randn(2, 2, 17, 24), torch.randn(2, 2, 30, 24)"),
+    ("torch.bmm(a, b)", "torch.randn(4, 9, 33), torch.randn(4, 33, 7)"),
+    ("torch.bmm(a, b)", "torch.randn(3, 5, 13, dtype=torch.float16), torch.randn(3, 13, 7, dtype=torch.float16)"),
+])
+def test_batched_products_pass_the_real_gate(tmp_path, forward, inputs):
+    """Batched products as references write them (two batch dims, a transposed right operand
+    read through its strides; KernelBench L1 #3's ``bmm`` with odd sizes; fp16 rows no
+    descriptor can address, packed) pass the gate."""
+    source = reference(f"def forward(self, a, b):\n    return {forward}\n", inputs=inputs)
+    found = TemplateProposer().propose(context(source))
+    assert "batched matmul" in found.edit, found.edit
+    assert_passes(gate(tmp_path, "bmm", source, None, found.source))
+
+
 MLP = ("def forward(self, x):\n    return self.w2(F.silu(self.w1(x)) * self.w3(x))\n",
        "self.w1 = nn.Linear(dim, hidden, bias=False, dtype=torch.float16)\n"
        "self.w3 = nn.Linear(dim, hidden, bias=False, dtype=torch.float16)\n"

@@ -334,13 +334,16 @@ def _matmul_spec(g: Graph, ops: list[Op], out: Any, precision: str) -> tuple[mat
     else:
         (a, b), transposed = operand_pair(g, op.args[0], op.args[1]), False
     b_shape = g.shape(op.attrs["weight"] if op.kind == "linear" else op.args[1])
-    if a is None or b is None or not a_shape or len(a_shape) < 2 or not b_shape or len(b_shape) != 2:
+    if a is None or b is None or not a_shape or len(a_shape) < 2 or not b_shape or len(b_shape) < 2:
         return None
-    if g.chain(rest, chain, {op.node: "acc"}) is None:
-        return None
-    what = " + ".join([op.kind, *(["bias"] if op.attrs.get("bias") is not None else []),
-                       *(o.kind for o in rest)])
-    return matmul.Matmul(a, b, transposed, chain, precision, g.half), what
+    batched = len(b_shape) > 2
+    if batched and (op.kind != "matmul" or tuple(a_shape[:-2]) != tuple(b_shape[:-2])):
+        return None     # a batch broadcast against a single matrix or another batch: not one launch
+    if g.chain(rest, chain, {op.node: "acc"}) is None or (batched and chain.tensors):
+        return None     # a batched epilogue's operands would need the batch's offsets
+    what = " + ".join([op.kind if not batched else "batched matmul",
+                       *(["bias"] if op.attrs.get("bias") is not None else []), *(o.kind for o in rest)])
+    return matmul.Matmul(a, b, transposed, chain, precision, g.half, batched), what
 
 
 def match_matmul(g: Graph, init: list[Any], precision: str) -> Match | None:

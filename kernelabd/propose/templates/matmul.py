@@ -98,17 +98,17 @@ def start(precision: str, half: bool) -> dict[str, int]:
 PACK_HELPER = '''
 
 def _k_major(t: torch.Tensor, k_padded: int) -> torch.Tensor:
-    """``t`` (rows, K) as a contiguous copy with K padded with zeros to ``k_padded`` (a multiple
-    of 16), or ``t`` itself when it is so already: TF32 tensor-core dots take both operands
-    K-major, and padded rows are 16-byte aligned, so the loads need no transpose and vectorise
-    (and a descriptor can address them). Zeros in K add nothing to the product."""
-    k = t.shape[1]
+    """``t`` ([batch,] rows, K) as a contiguous copy with K padded with zeros to ``k_padded`` (a
+    multiple of 16), or ``t`` itself when it is so already: TF32 tensor-core dots take both
+    operands K-major, and padded rows are 16-byte aligned, so the loads need no transpose and
+    vectorise (and a descriptor can address them). Zeros in K add nothing to the product."""
+    k = t.shape[-1]
     if k == k_padded and t.is_contiguous():
         return t
-    out = t.new_empty((t.shape[0], k_padded))
-    out[:, :k] = t
+    out = t.new_empty((*t.shape[:-1], k_padded))
+    out[..., :k] = t
     if k_padded > k:
-        out[:, k:].zero_()
+        out[..., k:].zero_()
     return out
 
 
@@ -116,7 +116,7 @@ def _pack(a: torch.Tensor, b_nk: torch.Tensor, K: int) -> tuple:
     """(a, b, sbk, sbn, K) with both operands K-major and K padded to a multiple of 16."""
     K = triton.cdiv(K, 16) * 16
     a, b = _k_major(a, K), _k_major(b_nk, K)
-    return a, b, b.stride(1), b.stride(0), K
+    return a, b, b.stride(-1), b.stride(-2), K
 '''
 """``PACK = 1``: both operands go through ``_k_major`` first, since TF32 dots run far faster on
 K-major operands than the copy costs (figures: bench/port/README.md, "Template seeds");
@@ -139,8 +139,15 @@ def _major(t: torch.Tensor, s_rows: int, s_k: int) -> int | None:
 
 
 def _addressable(a: torch.Tensor, b: torch.Tensor, sbk: int, sbn: int) -> bool:
-    """Whether descriptors can read ``a`` (K-major) and ``b`` (logical (K, N) strides) as given."""
-    return _major(a, a.stride(0), a.stride(1)) == 1 and _major(b, sbn, sbk) is not None
+    """Whether descriptors can read ``a`` (K-major) and ``b`` (logical (K, N) strides) as given,
+    each matrix of a batch from its own 16-byte aligned base."""
+    return (_major(a, a.stride(-2), a.stride(-1)) == 1 and _major(b, sbn, sbk) is not None
+            and _batch_aligned(a, b))
+
+
+def _batch_aligned(*ts: torch.Tensor) -> bool:
+    """Whether every matrix of each batched operand starts 16-byte aligned (its batch stride)."""
+    return all(t.dim() < 3 or t.stride(0) * t.element_size() % 16 == 0 for t in ts)
 
 
 def _index_64(M: int, N: int) -> bool:
@@ -166,18 +173,21 @@ def _tile(limit: int, extent: int) -> int:
 
 
 def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
-          splits: bool = True) -> tuple[tuple[int], int, dict]:
+          splits: bool = True, batch: int = 1) -> tuple[tuple[int, int], int, dict]:
     """(grid, K slices, constexprs) of a product of ``a`` with each ``(b, sbk, sbn)`` of ``bs``
-    (read through logical (K, N) strides): tiles, split, and whether descriptors address every
-    operand (A K-major, all B operands in one orientation)."""
+    (read through logical (K, N) strides), ``batch`` such products side by side (the grid's
+    second axis; a batch never splits K: it fills the GPU with products instead): tiles, split,
+    and whether descriptors address every operand (A K-major, all B operands in one
+    orientation)."""
     bm, bn = _tile(BLOCK_M, M), _tile(block_n, N)
     size = a.element_size()
     b_majors = {{_major(b, sbn, sbk) for b, sbk, sbn in bs}}
     b_major = b_majors.pop() if len(b_majors) == 1 else None
-    tma = bool(TMA) and _major(a, a.stride(0), a.stride(1)) == 1 and b_major is not None
+    tma = (bool(TMA) and _major(a, a.stride(-2), a.stride(-1)) == 1 and b_major is not None
+           and _batch_aligned(a, *(b for b, _, _ in bs)))
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    programs = _sms(a)
-    split = _split_k(tiles, triton.cdiv(K, BLOCK_K), programs) if splits else 1
+    programs = max(1, _sms(a) // batch)
+    split = _split_k(tiles, triton.cdiv(K, BLOCK_K), programs) if splits and batch == 1 else 1
     smem = (num_stages * (bm + len(bs) * bn) * BLOCK_K + bm * bn // (1 + SUBTILE)) * size
     if tma and a.is_cuda:
         triton.set_allocator(_scratch)
@@ -188,7 +198,7 @@ def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
                 FLATTEN=not WARP_SPECIALIZE, WARP_SPECIALIZE=bool(WARP_SPECIALIZE) and tma, SUBTILE=SUBTILE,
                 num_warps=num_warps, num_stages=num_stages)
     items = tiles * split
-    return (min(items, programs) if PERSISTENT else items,), split, meta
+    return (min(items, programs) if PERSISTENT else items, batch), split, meta
 '''
 """What the generated forward decides per call, from the operands it is given: descriptors
 only where they can address the operands, a descriptor store only where the output tile's
@@ -329,10 +339,11 @@ def _indent(lines: list[str], depth: int) -> str:
 
 
 def tile_kernel(name: str, args: str, bs: list[Operand], accs: list[str], finish: list[str],
-                split: bool, precision: str) -> str:
+                split: bool, precision: str, prologue: tuple[str, ...] = ()) -> str:
     """A persistent matmul kernel over (tile, K slice) work items. ``finish`` turns the
     accumulators into the stored tile (epilogue and store); with ``split`` a slice of a split
-    product stores its fp32 partial to ``ws_ptr`` instead and ``splitk_kernel`` finishes."""
+    product stores its fp32 partial to ``ws_ptr`` instead and ``splitk_kernel`` finishes.
+    ``prologue`` runs first (the batch's base pointers)."""
     dots = [f"{acc} = _dot_acc(a, {b.tile}, {acc}, \"{precision}\")" for acc, b in zip(accs, bs, strict=True)]
     head = ["num_m = tl.cdiv(M, BLOCK_M)", "num_n = tl.cdiv(N, BLOCK_N)", "tiles = num_m * num_n",
             "k_tiles = tl.cdiv(K, BLOCK_K)", f"k_slice = tl.cdiv(k_tiles, {'SPLIT_K' if split else '1'})"]
@@ -352,17 +363,24 @@ def tile_kernel(name: str, args: str, bs: list[Operand], accs: list[str], finish
     pad = " " * (len(name) + 5)
     constexprs = f",\n{pad}".join(CONSTEXPRS + (["SPLIT_K: tl.constexpr"] if split else []))
     return (f"\n\n@triton.jit\ndef {name}({args},\n{pad}{constexprs}):\n"
-            + _indent(head, 1) + _descriptors(bs, "c_ptr")
+            + _indent([*prologue, *head], 1) + _descriptors(bs, "c_ptr")
             + f"    for item in tl.range(tl.program_id(0), {items}, tl.num_programs(0), flatten=FLATTEN):\n"
             + _indent(body, 2))
 
 
+BATCH_BASES = ("batch = tl.program_id(1).to(tl.int64)", "a_ptr += batch * sab", "b_ptr += batch * sbb",
+               "c_ptr += batch * M * N")
+"""A batched product's matrices: the grid's second axis picks one (strides ``sab``/``sbb``, the
+output contiguous); a plain product is a batch of one."""
+
+
 def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
-    """``c = epilogue(a @ b)``, split-K capable."""
+    """``c = epilogue(a @ b)``, split-K capable, batched along the grid's second axis."""
     finish = _epilogue(epilogue) + _store(epilogue.result or "acc")
-    args = (f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn{epilogue.kernel_args()}"
+    args = (f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn, sab, sbb{epilogue.kernel_args()}"
             f"{epilogue.full_constexprs()}")
-    return tile_kernel(name, args, [Operand("b_ptr", "sbk", "sbn", "b")], ["acc"], finish, True, precision)
+    return tile_kernel(name, args, [Operand("b_ptr", "sbk", "sbn", "b")], ["acc"], finish, True, precision,
+                       BATCH_BASES)
 
 
 def splitk_kernel(epilogue: common.Chain) -> str:
@@ -402,6 +420,7 @@ class Matmul:
     epilogue: common.Chain      # ``acc`` is the product; ``result`` what is stored
     precision: str              # "ieee", "tf32" or "tf32x3"
     half: bool = False          # fp16/bf16 operands
+    batched: bool = False       # both operands ([batch dims,] rows, cols), the same batch dims
 
 
 def _strides(b: str, transposed: bool) -> str:
@@ -412,12 +431,15 @@ LAUNCH_HELPER = f'''
 
 def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue, tensors=0):
     """``c = epilogue(a @ b)`` for ``b`` of logical (K, N) strides ``sbk``, ``sbn``; the epilogue's
-    first ``tensors`` operands are (tensor, numel) pairs, read without wrapping when full-size."""
-    grid, split, meta = _plan(a, [(b, sbk, sbn)], M, N, K, block_n)
+    first ``tensors`` operands are (tensor, numel) pairs, read without wrapping when full-size.
+    3-dim ``a``, ``b`` and ``c`` are a batch of products (no epilogue operands then)."""
+    batch = a.shape[0] if a.dim() == 3 else 1
+    grid, split, meta = _plan(a, [(b, sbk, sbn)], M, N, K, block_n, batch=batch)
     full = {{f"T{{i}}_FULL": epilogue[2 * i + 1] == M * N for i in range(tensors)}}
     ws = torch.empty((split, M, N), device=c.device, dtype=torch.float32) if split > 1 else c
-    matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(0), a.stride(1), sbk, sbn, *epilogue, SPLIT_K=split, **meta,
-                        **full)
+    sab, sbb = (a.stride(0), b.stride(0)) if batch > 1 else (0, 0)
+    matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(-2), a.stride(-1), sbk, sbn, sab, sbb, *epilogue,
+                        SPLIT_K=split, **meta, **full)
     if split > 1:
         grid = (triton.cdiv(M, {SPLITK_TILE[0]}), triton.cdiv(N, {SPLITK_TILE[1]}))
         splitk_kernel[grid](ws, c, M, N, split, *epilogue, BLOCK_M={SPLITK_TILE[0]}, BLOCK_N={SPLITK_TILE[1]},
@@ -433,6 +455,8 @@ def _epilogue_args(epilogue: common.Chain) -> str:
 
 
 def forward(op: Matmul, signature: str, name: str = "forward") -> str:
+    if op.batched:
+        return batched_forward(op, signature, name)
     n = f"{op.b}.shape[0]" if op.transposed else f"{op.b}.shape[1]"
     b_nk = op.b if op.transposed else f"{op.b}.t()"
     return f'''
@@ -447,6 +471,25 @@ def {name}(self, {signature}):
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)}, {len(op.epilogue.tensors)})
     return c.reshape(shape)
+'''
+
+
+def batched_forward(op: Matmul, signature: str, name: str) -> str:
+    """A batch of products (``torch.bmm``, ``matmul`` of two 3+-dim operands) as one launch: the
+    batch dims flattened (a view where the strides allow), one product a grid row."""
+    return f'''
+def {name}(self, {signature}):
+    a, b = {op.a}, {op.b}
+    lead = a.shape[:-2]
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    a, b = a.reshape(-1, M, K), b.reshape(-1, K, N)
+    sbk, sbn = b.stride(1), b.stride(2)
+    if PACK == 1 or (PACK == 2 and TMA and not _addressable(a, b, sbk, sbn)):
+        a, b, sbk, sbn, K = _pack(a, b.transpose(1, 2), K)
+    c = torch.empty((a.shape[0], M, N), device=a.device, dtype=a.dtype)
+    _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)})
+    return c.reshape(*lead, M, N)
 '''
 
 
