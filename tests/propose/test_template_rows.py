@@ -15,8 +15,9 @@ from tests.propose.template_sweep import assert_accurate, sweep
 from tests.propose.test_template import context, reference
 
 SPLIT = [{"SPLIT": 1, "CHUNK": 512, "TILE": 256}, {"SPLIT": 1, "CHUNK": 4096, "TILE": 1024, "SPLIT_STAGES": 3},
-         {"SPLIT": 1, "CHUNK": 64, "TILE": 64, "PER_THREAD": 4}]
-"""Chunks of several tiles, one tile, and many small chunks (the lead then spans many slices)."""
+         {"SPLIT": 1, "CHUNK": 64, "TILE": 64, "PER_THREAD": 4, "SPLIT_PER_SM": 8}]
+"""Chunks of several tiles, one tile, and many small chunks (the lead then spans many slices,
+taken by many programs)."""
 
 
 def test_narrow_rows_take_several_rows_a_program(tmp_path):

@@ -141,9 +141,12 @@ for every slice (0: for slices wider than ``MAX_SLICE``, or when slices are too 
 every SM a tile); ``SPLIT = 2`` takes the looped kernel for every slice instead. A chunk is a
 trade: the ticket is one atomic per item, and the lead that keeps the apply items from waiting
 is ``chunks + programs`` items, all of whose data must stay in L2.
-``SPLIT_STAGES`` is the split kernel's own ``STAGES``: what pays differs between the two."""
+``SPLIT_STAGES`` is the split kernel's own ``STAGES``: what pays differs between the two.
+``SPLIT_PER_SM``: split-kernel programs an SM, the same trade: more keep more loads in flight
+and hide each item's start, fewer keep the lead in L2."""
+SPLIT_PER_SM = [1, 2, 4, 8]
 SEED = {"TILE": 4096, "PER_THREAD": 32, "PER_SM": 16, "STAGES": 1, "EVICT": 0, "CHUNK": 16384, "SPLIT": 0,
-        "SPLIT_STAGES": 2}
+        "SPLIT_STAGES": 2, "SPLIT_PER_SM": 2}
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
     "any": [SEED,
             {**SEED, "PER_THREAD": 16, "PER_SM": 8},
@@ -166,7 +169,7 @@ def tunable_values(prefix: str = "") -> dict[str, list[int]]:
     """The row kernels' ``TUNABLES``, named with ``prefix`` when they share a file with
     another template's."""
     values = {"TILE": TILES, "PER_THREAD": PER_THREAD, "STAGES": STAGES, "PER_SM": PER_SM, "EVICT": EVICT,
-              "CHUNK": CHUNKS, "SPLIT": SPLIT, "SPLIT_STAGES": STAGES}
+              "CHUNK": CHUNKS, "SPLIT": SPLIT, "SPLIT_STAGES": STAGES, "SPLIT_PER_SM": SPLIT_PER_SM}
     return {prefix + k: v for k, v in values.items()}
 
 
@@ -260,7 +263,10 @@ def kernel(op: Rowwise) -> str:
 
 
 def split_kernel(op: Rowwise) -> str:
-    """The split kernel: stats and apply items of slice chunks, in ticket order."""
+    """The split kernel: stats and apply items of slice chunks, in ticket order. A program takes
+    its next ticket before working through the current one, so the atomic's round trip overlaps
+    the work; the tickets a program holds only ever grow, so the smallest unfinished ticket is
+    always one a program is working on, and its waits are on smaller, finished tickets."""
     st = STATS[op.kind]
     tile = ["r_first = r0 + t * BLOCK_R",
             "r = r_first + tl.arange(0, BLOCK_R)[:, None]",
@@ -302,9 +308,10 @@ def split_kernel(op: Rowwise) -> str:
             "lead = tl.minimum(lead, total)",
             "ticket = tl.atomic_add(count_ptr, 1)",
             "while ticket * ITEMS < 2 * total:",
+            "    upcoming = tl.atomic_add(count_ptr, 1)",
             "    for p in range(ticket * ITEMS, tl.minimum(ticket * ITEMS + ITEMS, 2 * total)):",
             *(f"        {line}" for line in item),
-            "    ticket = tl.atomic_add(count_ptr, 1)"]
+            "    ticket = upcoming"]
     name = f"{op.kind}_split_kernel"
     return (f"\n\n@triton.jit\ndef {name}(out_ptr, x_ptr, part_ptr, count_ptr, {GEOMETRY_ARGS}{_args(op)}, "
             f"chunks, lead,\n{' ' * (len(name) + 5)}BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, "
@@ -349,9 +356,6 @@ def kernels(op: Rowwise) -> str:
     return kernel(op) + split_kernel(op) + loop_kernel(op)
 
 
-SPLIT_PER_SM = 2
-"""Split-kernel programs an SM: enough loads in flight to stream at the copy rate, few enough
-that the lead (``chunks + programs`` items) stays in L2."""
 ITEMS = 2
 """Positions a ticket covers: a stats and an apply item in the steady state, so a ticket's work
 is small beside the L2-resident lead, and tickets (atomics on one address) stay few."""
@@ -379,7 +383,7 @@ def _warps(elements: int, per_thread: int) -> int:
 
 
 def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, stages, evict, chunk, split,
-                split_stages):
+                split_stages, split_per_sm):
     """One row operation over ``x`` into ``out``: ``kernels`` is (in-register kernel, split
     kernel, the split kernel's statistics a column, looped kernel); the first for slices it
     holds, the second for wider ones or too few to fill the GPU, the looped one when ``split``
@@ -395,7 +399,7 @@ def _row_launch(kernels, x, out, first, end, extra, tile, per_thread, per_sm, st
     blocks = slabs * triton.cdiv(cols, block_c)
     if split or block_r * block_c > {MAX_SLICE} or (blocks < sms and R * block_c >= 2 * chunk):
         _split_launch(kernels[1], kernels[2], x, out, slabs, cols, R, strides, extra, tile, per_thread,
-                      split_stages, chunk, sms)
+                      split_stages, chunk, split_per_sm * sms)
         return
     programs = per_sm * sms if per_sm else blocks
     kernels[0][(max(1, min(blocks, programs)),)](out, x, slabs, cols, R, *strides, *extra, BLOCK_R=block_r,
@@ -416,9 +420,10 @@ def _loop_launch(kernel, x, out, slabs, cols, R, strides, extra, tile, per_threa
                                              num_warps=_warps(block_r * block_c, per_thread))
 
 
-def _split_launch(kernel, nstat, x, out, slabs, cols, R, strides, extra, tile, per_thread, stages, chunk, sms):
+def _split_launch(kernel, nstat, x, out, slabs, cols, R, strides, extra, tile, per_thread, stages, chunk,
+                  programs):
     """The split kernel: chunks of about ``chunk`` elements (whole tiles of ``tile``) a block of
-    columns, {SPLIT_PER_SM} programs an SM taking tickets, stats items ``chunks + programs`` ahead."""
+    columns, ``programs`` programs taking tickets, stats items ``chunks + programs`` ahead."""
     block_c = 1 if strides[2] == 1 else max(1, min(triton.next_power_of_2(cols), 64, tile // 64))
     block_r = min(triton.next_power_of_2(R), max(1, tile // block_c))
     tiles = max(1, chunk // (block_r * block_c))
@@ -426,7 +431,6 @@ def _split_launch(kernel, nstat, x, out, slabs, cols, R, strides, extra, tile, p
     blocks = slabs * triton.cdiv(cols, block_c)
     part = torch.empty((blocks * chunks, nstat, block_c), device=x.device, dtype=torch.float32)
     count = torch.zeros(1 + blocks, device=x.device, dtype=torch.int32)
-    programs = {SPLIT_PER_SM} * sms
     kernel[(min(programs, triton.cdiv(2 * blocks * chunks, {ITEMS})),)](
         out, x, part, count, slabs, cols, R, *strides, *extra, chunks, chunks + programs,
         BLOCK_R=block_r, BLOCK_C=block_c, BLOCK_P=triton.next_power_of_2(chunks), CHUNK_TILES=tiles,
@@ -440,7 +444,7 @@ def forward(op: Rowwise, signature: str, name: str = "forward", prefix: str = ""
     """The method launching the kernels; a composed template names it and prefixes its tunables."""
     extra = [e for e in (op.weight, op.bias, op.eps) if e]
     tunables = ", ".join(f"{prefix}{t}" for t in ("TILE", "PER_THREAD", "PER_SM", "STAGES", "EVICT", "CHUNK",
-                                                   "SPLIT", "SPLIT_STAGES"))
+                                                   "SPLIT", "SPLIT_STAGES", "SPLIT_PER_SM"))
     first, end, x, out = op.first_dim, op.end_dim, "x", "out"
     if op.prologue is None:
         setup = f"    x = {op.arg}.contiguous()\n    out = torch.empty_like(x)\n"
