@@ -200,8 +200,6 @@ def test_tf32_dots_only_when_the_sidecar_allows_them():
     SDPA.format(", attn_mask=self.mask"),
     SDPA.format(", dropout_p=0.1"),
     SDPA.format(", enable_gqa=True"),
-    "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT / 8.0, dim=-2) @ v\n",
-    "def forward(self, q, k, v):\n    return F.log_softmax(q @ k.mT, dim=-1) @ v\n",
     "def forward(self, q, k, v):\n    return F.dropout(F.softmax(q @ k.mT, dim=-1), 0.1) @ v\n",
     "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT * q.sum(-1, keepdim=True), dim=-1) @ v\n",
     "def forward(self, q, k, v):\n"
@@ -217,15 +215,71 @@ def test_attention_with_a_term_the_kernel_lacks_matches_nothing(forward):
     assert isinstance(declined, Decline) and declined.reason.startswith(NO_MATCH), declined
 
 
+@pytest.mark.parametrize("forward", [
+    "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT / 8.0, dim=-2) @ v\n",
+    "def forward(self, q, k, v):\n    return F.log_softmax(q @ k.mT, dim=-1) @ v\n",
+])
+def test_attention_like_graphs_the_kernel_lacks_run_as_a_pipeline_of_batched_products(tmp_path, forward):
+    """A softmax over the queries or a log-softmax is not attention, so the attention kernel does
+    not take it; a pipeline does (the batched product, the row operation, the batched product),
+    and passes the gate."""
+    source = reference(forward, inputs="torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)")
+    found = TemplateProposer().propose(context(source))
+    assert found.edit.startswith("template: pipeline of") and "batched matmul" in found.edit, found.edit
+    assert "attention_kernel" not in found.source
+    assert_passes(gate(tmp_path, "pipeline", source, None, found.source))
+
+
 def test_heads_wider_than_a_program_holds_are_chunked(tmp_path):
-    """A 300-wide query/key head and a 200-wide value head (KernelBench's SDPA has 1024): the
-    scores are summed over 64-wide chunks of the head, the value columns split across programs,
-    each recomputing the scores; the online softmax holds across chunks and tiles."""
+    """The flash candidate (traced at a 64-wide head) called with a 300-wide query/key head and
+    a 200-wide value head: the scores are summed over 64-wide chunks of the head, the value
+    columns split across programs, each recomputing the scores; the online softmax holds across
+    chunks and tiles."""
     from tests.propose.template_sweep import assert_accurate, sweep
 
     shapes = [[1, 2, 37, 300], [1, 2, 29, 300], [1, 2, 29, 200]]
-    source = reference(SDPA.format(""), inputs=", ".join(f"torch.randn({s})" for s in shapes))
+    source = reference(SDPA.format(""), inputs=QKV)
     runs = sweep(tmp_path, source, [], shapes, [{}, {"BLOCK_M": 16, "BLOCK_N": 16}])
     assert_accurate(runs)
     assert all(r.launched("attention_kernel", D_CHUNKED=True, BLOCK_D=attention.MAX_HEAD // 4) for r in runs)
     assert all(launch["grid"][1] == 2 for r in runs for launch in r.launches), "200 value columns, 128 a program"
+
+
+WIDE = {
+    "sdpa_fp32": (SDPA.format(""),
+                  "torch.randn(1, 2, 37, 300), torch.randn(1, 2, 29, 300), torch.randn(1, 2, 29, 264)"),
+    "sdpa_causal_bf16": (SDPA.format(", is_causal=True"),
+                         ", ".join(["torch.randn(2, 1, 33, 272, dtype=torch.bfloat16)"] * 3)),
+    "written_out": ("def forward(self, q, k, v):\n    return torch.softmax(q @ k.transpose(-2, -1) * 0.05, -1) @ v\n",
+                    "torch.randn(2, 19, 320), torch.randn(2, 23, 320), torch.randn(2, 23, 40)"),
+}
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+def test_heads_wider_than_max_head_materialise_the_scores_and_pass_the_real_gate(tmp_path, name):
+    """Heads wider than ``MAX_HEAD`` where the reference is traced (KernelBench L1 #97's are 1024
+    wide) take the materialised candidate: batched scores with the causal mask, a row softmax,
+    the product with ``v`` into the reference's output layout; it passes the real gate at odd
+    sizes, in fp32 (3xTF32 dots), bf16 and the written-out form."""
+    forward, inputs = WIDE[name]
+    source = reference(forward, inputs=inputs)
+    found = TemplateProposer().propose(context(source))
+    assert f"heads wider than {attention.MAX_HEAD}" in found.edit, found.edit
+    assert "attention_kernel" not in found.source
+    assert_passes(gate(tmp_path, name, source, None, found.source))
+
+
+def test_materialised_scores_hold_for_every_tile_the_tuner_may_pick(tmp_path):
+    """The materialised candidate's tiles: K (the head, then the keys) not a multiple of the
+    tile, rows of scores wider than a softmax block (walked twice), causal masking at edges."""
+    from tests.propose.template_sweep import assert_accurate, sweep
+
+    shapes = [[1, 2, 45, 300], [1, 2, 45, 300], [1, 2, 45, 260]]
+    source = reference(SDPA.format(", is_causal=True"), inputs=", ".join(f"torch.randn({s})" for s in shapes))
+    settings = [{}, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "ROW_BLOCK": 1024},
+                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4}]
+    runs = sweep(tmp_path, source, [], shapes, settings)
+    assert_accurate(runs)
+    assert all([launch["kernel"] for launch in r.launches] == ["bmm_kernel", "softmax2_kernel", "bmm_kernel"]
+               for r in runs)
+    assert all(r.launched("bmm_kernel", CAUSAL=True, EVEN_K=False) for r in runs)

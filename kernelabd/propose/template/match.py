@@ -589,7 +589,9 @@ def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
     if not all(factors) or at.used != set(at.ops):
         return None
     causal = bool(top.attrs["is_causal"]) if sdpa else False
-    spec = attention.Attention(*views, " * ".join(factors) or "1.0", causal, sdpa, precision, g.half)
+    head = g.shape(qkv[0])
+    wide = bool(head) and head[-1] > attention.MAX_HEAD
+    spec = attention.Attention(*views, " * ".join(factors) or "1.0", causal, sdpa, precision, g.half, wide)
     return Match(*attention.render(spec, g.signature, *init), precision)
 
 

@@ -34,13 +34,21 @@ never leave registers and each key/value block is read once per query block.
 - fp32 inputs use IEEE dots unless the problem allows TF32, because the gate holds a port to the
   reference's precision; half inputs cast the probabilities to the input dtype for the second
   product, as PyTorch's flash kernel does.
+
+Heads wider than ``MAX_HEAD`` at the traced size (KernelBench L1 #97: fp32, 1024-wide) take a
+different candidate (``render`` decides, ``Attention.wide``): in one program a key block's scores
+need the whole head, so a flash kernel either recomputes them once per slice of value columns
+(eight times at 1024) or spills. There the scores are materialised instead, as eager's math path
+does, but each step is one kernel that tunes apart: the batched product ``q kᵀ`` (scaled, causal
+mask applied) into fp32 scores, the softmax along each row, and the batched product with ``v``
+written straight into the output's layout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelabd.propose.templates import common
+from kernelabd.propose.templates import common, matmul
 
 TUNE_VALUES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [2, 4, 8],
                "num_stages": [1, 2, 3, 4], "SPLIT_MASK": [0, 1], "TMA": [0, 1]}
@@ -118,6 +126,7 @@ class Attention:
     sdpa: bool          # from F.scaled_dot_product_attention (its output layout), else p @ v
     precision: str      # "ieee", "tf32" or "tf32x3"
     half: bool = False  # fp16/bf16 operands
+    wide: bool = False  # a head wider than MAX_HEAD at the traced size: the materialised form
 
 
 def kernel(precision: str) -> str:
@@ -288,6 +297,8 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
     """(candidate source, one-line edit description)."""
     form = "scaled_dot_product_attention" if op.sdpa else "written-out softmax(q @ k^T * scale) @ v"
     causal = ", causal" if op.causal else ""
+    if op.wide:
+        return render_wide(op, signature, imports, init, form + causal)
     source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
@@ -298,3 +309,121 @@ def render(op: Attention, signature: str, imports: list[str], init: str) -> tupl
               + kernel(op.precision) + launcher(op.sdpa)
               + common.model_class(init, forward(op, signature)))
     return source, f"template: attention ({form}{causal}; flash-style, online softmax)"
+
+
+WIDE_ROW_BLOCK = [1024, 2048, 4096]
+"""Scores a softmax program reads at once (it walks a row twice: statistics, then the result)."""
+
+
+def wide_start(precision: str, half: bool) -> dict[str, int]:
+    """The materialised form's seed: the matmul template's pointer-load start for these dots
+    (the products here read through any strides, as those do)."""
+    pointer = next(s for s in matmul.SM90_STARTS[matmul.dots_kind(precision, half)] if not s["TMA"])
+    return {"BLOCK_M": pointer["BLOCK_M"], "BLOCK_N": min(pointer["BLOCK_N"], 128), "BLOCK_K": pointer["BLOCK_K"],
+            "num_warps": pointer["num_warps"], "num_stages": pointer["num_stages"], "ROW_BLOCK": 2048}
+
+
+WIDE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64], "num_warps": [4, 8],
+               "num_stages": [2, 3, 4], "ROW_BLOCK": WIDE_ROW_BLOCK}
+WIDE_RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]]}
+
+
+def wide_kernels(precision: str) -> str:
+    return f'''
+
+@triton.jit
+def bmm_kernel(a_ptr, b_ptr, c_ptr, alpha, H, M, N, K, saz, sah, sam, sak, sbz, sbh, sbk, sbn, scz, sch, scm, scn,
+               CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               EVEN_K: tl.constexpr):
+    """``c = alpha · a @ b`` for one (batch, head) a grid row, every operand through its strides;
+    ``CAUSAL``: entries above the diagonal (column past row) are -inf (scores)."""
+    zh = tl.program_id(1)
+    z = (zh // H).to(tl.int64)
+    h = (zh % H).to(tl.int64)
+    a_ptr += z * saz + h * sah
+    b_ptr += z * sbz + h * sbh
+    c_ptr += z * scz + h * sch
+    blocks_n = tl.cdiv(N, BLOCK_N)
+    rm = tl.program_id(0) // blocks_n * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(0) % blocks_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ra = tl.minimum(rm, M - 1)          # edge rows re-read a valid row; only the store is masked
+    rb = tl.minimum(rn, N - 1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.range(0, K, BLOCK_K):
+        kk = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            a = tl.load(a_ptr + ra[:, None] * sam + kk[None, :] * sak)
+            b = tl.load(b_ptr + kk[:, None] * sbk + rb[None, :] * sbn)
+        else:
+            a = tl.load(a_ptr + ra[:, None] * sam + kk[None, :] * sak, mask=kk[None, :] < K, other=0.0)
+            b = tl.load(b_ptr + kk[:, None] * sbk + rb[None, :] * sbn, mask=kk[:, None] < K, other=0.0)
+        acc = _dot_acc(a, b, acc, "{precision}")
+    acc = acc * alpha
+    if CAUSAL:
+        acc = tl.where(rn[None, :] <= rm[:, None], acc, float("-inf"))
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def softmax2_kernel(s_ptr, p_ptr, N, BLOCK: tl.constexpr):
+    """One row of base-2 scores (already scaled by log2 e) into probabilities: the row's max and
+    sum of exponentials in one pass (online), the result in a second, which reads from L2."""
+    row = tl.program_id(0).to(tl.int64) * N
+    m = tl.full((BLOCK,), float("-inf"), tl.float32)
+    l = tl.zeros((BLOCK,), dtype=tl.float32)
+    for n0 in tl.range(0, N, BLOCK):
+        cols = n0 + tl.arange(0, BLOCK)
+        x = tl.load(s_ptr + row + cols, mask=cols < N, other=float("-inf"))
+        m_new = tl.maximum(m, x)
+        l = l * tl.exp2(tl.where(m_new == float("-inf"), 0.0, m - m_new)) + tl.where(x == float("-inf"), 0.0,
+                                                                                  tl.exp2(x - m_new))
+        m = m_new
+    m_row = tl.max(m, axis=0)
+    l_row = tl.sum(l * tl.exp2(tl.where(m == float("-inf"), float("-inf"), m - m_row)), axis=0)
+    for n0 in tl.range(0, N, BLOCK):
+        cols = n0 + tl.arange(0, BLOCK)
+        x = tl.load(s_ptr + row + cols, mask=cols < N, other=float("-inf"))
+        tl.store(p_ptr + row + cols, (tl.exp2(x - m_row) / l_row).to(p_ptr.dtype.element_ty), mask=cols < N)
+'''
+
+
+def wide_launcher(sdpa: bool) -> str:
+    out = "_sdpa_output(q, k, v, causal)" if sdpa else "q.new_empty((*q.shape[:-1], v.shape[-1]))"
+    return f'''
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+               causal: bool) -> torch.Tensor:
+    """Three launches: fp32 scores ``q kᵀ · scale · log2 e`` (masked), probabilities in the
+    inputs' dtype, then ``p v`` into the output's own layout."""
+    out = {out}
+    q4, k4, v4, o4 = (_as_4d(t) for t in (q, k, v, out))
+    Z, H, M, D = q4.shape
+    N, DV = k4.shape[2], v4.shape[3]
+    s = torch.empty((Z, H, M, N), device=q.device, dtype=torch.float32)
+    p = s if q.dtype == torch.float32 else torch.empty((Z, H, M, N), device=q.device, dtype=q.dtype)
+    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+    bmm_kernel[(triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), Z * H)](
+        q4, k4, s, float(scale) * 1.4426950408889634, H, M, N, D, *q4.stride(),
+        k4.stride(0), k4.stride(1), k4.stride(3), k4.stride(2), *s.stride(), CAUSAL=causal,
+        EVEN_K=D % BLOCK_K == 0, **meta)
+    softmax2_kernel[(Z * H * M,)](s, p, N, BLOCK=min(ROW_BLOCK, max(16, triton.next_power_of_2(N))),
+                                  num_warps=4)
+    bmm_kernel[(triton.cdiv(M, BLOCK_M) * triton.cdiv(DV, BLOCK_N), Z * H)](
+        p, v4, o4, 1.0, H, M, DV, N, *p.stride(), *v4.stride(), *o4.stride(), CAUSAL=False,
+        EVEN_K=N % BLOCK_K == 0, **meta)
+    return out
+'''
+
+
+def render_wide(op: Attention, signature: str, imports: list[str], init: str, form: str) -> tuple[str, str]:
+    """The materialised form, for heads wider than ``MAX_HEAD``."""
+    source = (common.header(f"Template: attention ({form}) with heads wider than {MAX_HEAD}, materialised: "
+                            f"batched scores, a row softmax, the batched product with v; {op.precision} dots.",
+                            imports)
+              + common.tunables(WIDE_VALUES, wide_start(op.precision, op.half),
+                                common.resources(WIDE_RESOURCES, op.precision))
+              + common.DOT_HELPER + AS_4D + (SDPA_OUTPUT if op.sdpa else "")
+              + wide_kernels(op.precision) + wide_launcher(op.sdpa)
+              + common.model_class(init, forward(op, signature)))
+    return source, f"template: attention ({form}; heads wider than {MAX_HEAD}: scores materialised, 3 kernels)"
