@@ -264,7 +264,7 @@ def test_seeds_times_a_seed_and_its_variants_against_eager(tmp_path):
     assert all(d < 1e-5 for d in row["rel_error_vs_eager"].values())
     assert row["floor"]["bound"] == "memory"
     assert ("| softmax | one | TILE=4096, PER_THREAD=32, STAGES=2, PER_SM=16, EVICT=0, CHUNK=16384, SPLIT=0, "
-            "SPLIT_STAGES=2, SPLIT_PER_SM=2 |" in proc.stdout)
+            "SPLIT_STAGES=2, SPLIT_PER_SM=8 |" in proc.stdout)
 
 
 def test_hopper_times_each_seed_beside_its_known_good_starts(tmp_path):

@@ -271,7 +271,8 @@ def test_heads_wider_than_max_head_materialise_the_scores_and_pass_the_real_gate
 
 def test_materialised_scores_hold_for_every_tile_the_tuner_may_pick(tmp_path):
     """The materialised candidate's tiles: K (the head, then the keys) not a multiple of the
-    tile, rows of scores wider than a softmax block (walked twice), causal masking at edges."""
+    tile, rows of scores wider than a softmax block (walked twice), causal masking at edges;
+    fp32 dots read the values packed K-major."""
     from tests.propose.template_sweep import assert_accurate, sweep
 
     shapes = [[1, 2, 45, 300], [1, 2, 45, 300], [1, 2, 45, 260]]
@@ -280,6 +281,6 @@ def test_materialised_scores_hold_for_every_tile_the_tuner_may_pick(tmp_path):
                 {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4}]
     runs = sweep(tmp_path, source, [], shapes, settings)
     assert_accurate(runs)
-    assert all([launch["kernel"] for launch in r.launches] == ["bmm_kernel", "softmax2_kernel", "bmm_kernel"]
-               for r in runs)
+    order = ["bmm_kernel", "softmax2_kernel", "_pack_kernel", "bmm_kernel"]   # fp32: v packed K-major
+    assert all([launch["kernel"] for launch in r.launches] == order for r in runs)
     assert all(r.launched("bmm_kernel", CAUSAL=True, EVEN_K=False) for r in runs)

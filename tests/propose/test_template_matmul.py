@@ -104,15 +104,17 @@ def test_a_skinny_product_splits_k_by_itself(tmp_path):
 def test_a_batch_of_products_is_one_launch_on_every_path(tmp_path, dtype):
     """``torch.bmm`` with a scalar epilogue: one launch, a product a grid row, each matrix of the
     batch read from its own base (descriptors or pointers, the output's rows odd), never split
-    in K; fp32 packs both operands K-major, batch and all."""
+    in K; fp32 packs both operands K-major (K = 40 padded to 48), each batch in one launch."""
     source = reference("def forward(self, a, b):\n    return torch.relu(torch.bmm(a, b)) * 2.0\n",
                        inputs=(f"torch.randn(3, 21, 40, dtype=torch.{dtype}), "
                                f"torch.randn(3, 40, 24, dtype=torch.{dtype})"))
     runs = sweep(tmp_path, source, [], [[3, 21, 40], [3, 40, 24]], PATHS, dtype)
     assert_accurate(runs, dtype)
     for run in runs:
-        (launch,) = run.launches
-        assert launch["kernel"] == "matmul_kernel" and launch["grid"][1] == 3 and launch["SPLIT_K"] == 1, run.settings
+        (launch,) = [launch for launch in run.launches if launch["kernel"] == "matmul_kernel"]
+        assert launch["grid"][1] == 3 and launch["SPLIT_K"] == 1, run.settings
+        packs = [launch for launch in run.launches if launch["kernel"] == "_pack_kernel"]
+        assert [p["grid"][2] for p in packs] == ([3, 3] if dtype == "float32" else []), "a launch an operand"
     assert runs[2].launched("matmul_kernel", TMA=True) and runs[1].launched("matmul_kernel", TMA=False)
 
 
