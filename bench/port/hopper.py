@@ -3,7 +3,7 @@ GEMMs (persistent, TMA descriptor loads, split-K), the fused gated MLPs, the 3xT
 and the row and reduction kernels at the copy rate, each template seed beside every known-good
 start it declares (``STARTS``), in one command.
 
-    python3 bench/port/hopper.py --out DIR [--only CASE ...] [--deadline-s 280]
+    python3 bench/port/hopper.py --out DIR [--only CASE ...] [--deadline-s 280] [--profile N]
     python3 bench/port/hopper.py --device cpu --out DIR --only linear_bf16_4k   # logic check
 
 For each case: the reference at the case's sizes (a bench problem of ``problems/``, or a plain
@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-timing-s", type=float, default=1.5, help="cap on one variant's timed samples")
     ap.add_argument("--deadline-s", type=float, default=280.0, help="start no case after this many seconds")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="list each variant's kernels over N calls under torch.profiler (as seeds.py does)")
     args = ap.parse_args(argv)
     import torch
 
@@ -234,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{k} {v:.4g} ms" for k, v in row.get("ms", {}).items()), file=sys.stderr, flush=True)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (interpreter)"
     text = (f"{name}; torch {torch.__version__}, triton {port_run._version('triton')}; {describe(ceilings)}; "
-            f"{time.monotonic() - began:.0f} s\n\n" + table(rows))
+            f"{time.monotonic() - began:.0f} s\n\n" + table(rows)
+            + (f"\n\nKernels (torch.profiler, {args.profile} calls each):\n\n{seeds.kernel_table(rows)}"
+               if args.profile else ""))
     (args.out / "hopper.md").write_text(text + "\n")
     print(text)
     return 0
