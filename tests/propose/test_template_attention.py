@@ -1,8 +1,9 @@
 """The attention template: SDPA and the written-out softmax(q kᵀ·scale) v are recognised, the
 generated flash-style candidate passes the real gate on CPU (Triton interpreter) at odd sequence
 lengths, its online softmax holds for every block shape the tuner may pick, its output layout
-follows PyTorch's own SDPA (the gate compares strides), and attention with anything the kernel
-does not compute (a mask, dropout, an extra term) matches nothing."""
+follows PyTorch's own SDPA (the gate compares strides), heads wider than a program holds take
+the materialised form, and attention with anything the kernel does not compute (a mask,
+dropout, an extra term) matches nothing, or runs as a pipeline of other templates."""
 
 from __future__ import annotations
 
