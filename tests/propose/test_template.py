@@ -275,21 +275,40 @@ def test_plain_reference_in_the_inbox_ends_done_with_a_template_port(kit):
     assert report["lineage"][0]["edit"] == "template: RMSNorm (fused, one pass)"
 
 
-def test_packing_copies_only_operands_that_are_not_k_major_and_aligned():
-    """``PACK``: TF32 tensor-core products take both operands K-major with 16-byte aligned rows,
-    so ``_k_major`` copies an operand that is not (zero-padding K) and leaves one that is."""
-    space: dict = {"torch": torch}
-    exec(PACK_HELPER, space)
-    k_major = space["_k_major"]
-    weight = torch.randn(24, 32)                     # nn.Linear's (N, K), K a multiple of 16
-    assert k_major(weight, 32) is weight, "already K-major and aligned: no copy"
-    b = torch.randn(40, 24)                          # a (K, N) right operand, K = 40
-    packed = k_major(b.t(), 48)
-    assert packed.is_contiguous() and packed.shape == (24, 48)
-    assert torch.equal(packed[:, :40], b.t()) and not packed[:, 40:].any(), "K padded with zeros"
-    odd = torch.randn(7, 33)
-    assert torch.equal(k_major(odd, 48)[:, :33], odd)
+PACK_CHECK = """
+import torch
+import triton
+import triton.language as tl
+{helper}
+weight = torch.randn(24, 32)                        # nn.Linear's (N, K), K a multiple of 16
+assert _k_major(weight, 32) is weight, "already K-major and aligned: no copy"
+b = torch.randn(40, 24)                             # a (K, N) right operand, K = 40
+packed = _k_major(b.t(), 48)
+assert packed.is_contiguous() and packed.shape == (24, 48)
+assert torch.equal(packed[:, :40], b.t()) and not packed[:, 40:].any(), "K padded with zeros"
+odd = torch.randn(7, 33)
+assert torch.equal(_k_major(odd, 48)[:, :33], odd)
+heads = torch.randn(2, 3, 40, 70).transpose(2, 3)   # (batch, heads, rows, K) views, rows past one tile
+packed = _k_major(heads, 48)
+assert packed.is_contiguous() and packed.shape == (2, 3, 70, 48)
+assert torch.equal(packed[..., :40], heads) and not packed[..., 40:].any()
+print("ok")
+"""
 
+
+def test_packing_copies_only_operands_that_are_not_k_major_and_aligned(tmp_path):
+    """``PACK``: TF32 tensor-core products take both operands K-major with 16-byte aligned rows,
+    so ``_k_major`` copies an operand that is not (zero-padding K, in one Triton launch, here
+    interpreted) and leaves one that is; batched and per-head operands are copied whole."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "pack.py"              # Triton reads a kernel's source from its file
+    script.write_text(PACK_CHECK.replace("{helper}", PACK_HELPER))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
 
 
 SETTINGS_SWEEP = """
