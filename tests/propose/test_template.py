@@ -16,6 +16,7 @@ import torch
 from kernelabd.harness.problem import Sidecar, load_sidecar
 from kernelabd.propose.base import Budget, Candidate, Decline, JobContext, Proposal
 from kernelabd.propose.template.proposer import NO_MATCH, TemplateProposer, instantiate
+from kernelabd.propose.templates.common import OPERAND_HELPER
 from kernelabd.propose.templates.matmul import PACK_HELPER
 from kernelabd.propose.tune import parse_tunables
 from tests.gating import assert_passes, gate
@@ -143,6 +144,12 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
         init="self.fc = nn.Linear(k, n)\n", init_args=", k: int, n: int",
         inputs="torch.randn(2, 19, 45), torch.randn(2, 19, 37)", init_values="45, 37"),
         None, "linear + bias + relu"),
+    # a per-row (M, 1) operand in a product's epilogue, read in place (``_operand``'s divisor)
+    "linear_row_scale": (reference(
+        "def forward(self, x):\n    return self.fc(x) * self.rows\n",
+        init="self.fc = nn.Linear(k, n)\nself.rows = nn.Parameter(torch.randn(19, 1))\n",
+        init_args=", k: int, n: int", inputs="torch.randn(19, 45)", init_values="45, 37"),
+        None, "linear + bias + mul"),
     "matmul_gelu_scale_tf32_allowed": (reference(
         "def forward(self, a, b):\n    return F.gelu(torch.matmul(a, b)) * 2.0\n",
         inputs="torch.randn(33, 40), torch.randn(40, 21)"), "tf32 = true\n", "matmul + gelu"),
@@ -294,6 +301,29 @@ assert packed.is_contiguous() and packed.shape == (2, 3, 70, 48)
 assert torch.equal(packed[..., :40], heads) and not packed[..., 40:].any()
 print("ok")
 """
+
+
+def test_operands_are_read_in_place_unless_their_broadcast_needs_a_copy():
+    """``_operand``'s layout: output flat index ``k`` reads element ``k // d % n``. A bias, a
+    per-channel ``(C, 1, 1)`` scale, a per-row ``(M, 1)`` one and a full tensor are read where
+    they lie (BatchNorm's four per-channel vectors used to become four full-size copies); only a
+    broadcast inside the operand's dims or a non-contiguous one is expanded."""
+    scope: dict = {}
+    exec("import math\nimport torch\n" + OPERAND_HELPER, scope)
+    operand = scope["_operand"]
+    out = torch.Size((2, 3, 4, 5))
+    for shape, in_place in [((3, 1, 1), True), ((5,), True), ((2, 1, 1, 1), True), ((1, 3, 4, 5), True),
+                            ((2, 3, 4, 5), True), ((), True), ((4, 1), True),
+                            ((3, 1, 5), False), ((2, 1, 4, 1), False)]:
+        t = torch.randn(shape)
+        laid, n, d = operand(t, out)
+        assert (laid.data_ptr() == t.data_ptr()) == in_place, shape
+        k = torch.arange(out.numel())
+        assert torch.equal(laid.reshape(-1)[k // d % n], t.expand(out).reshape(-1)), shape
+    wide = torch.randn(5, 3).t()                        # a transposed view: not contiguous
+    laid, n, d = operand(wide, torch.Size((2, 3, 5)))
+    assert laid.is_contiguous() and torch.equal(laid.reshape(-1)[torch.arange(30) // d % n],
+                                                wide.expand(2, 3, 5).reshape(-1))
 
 
 def test_packing_copies_only_operands_that_are_not_k_major_and_aligned(tmp_path):

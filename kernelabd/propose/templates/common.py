@@ -41,16 +41,24 @@ BINARY: dict[str, str] = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * 
 # Lines the generated forward uses to line operands up with the output (see ``suffix_operand``).
 OPERAND_HELPER = '''
 
-def _operand(t: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
-    """``t`` laid out so that output flat index ``k`` reads its element ``k % n``, and ``n``:
-    itself when it is a contiguous trailing block of ``shape`` (a bias, a full tensor), else a
-    copy expanded to ``shape``."""
+def _operand(t: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int, int]:
+    """``t`` laid out so that output flat index ``k`` reads its element ``k // d % n``, with
+    ``n`` and ``d``: itself when its dims past leading and trailing ones are a contiguous block
+    of ``shape`` (a bias, a per-channel ``(C, 1, 1)`` scale, a full tensor; ``d`` the size of the
+    dims after the block), else a copy expanded to ``shape``, whose every element is read once."""
     dims = list(t.shape)
+    lead = len(shape) - len(dims)
     while dims and dims[0] == 1:
         dims.pop(0)
-    if not (t.is_contiguous() and list(shape)[len(shape) - len(dims):] == dims):
-        t = t.expand(shape).contiguous()
-    return t, t.numel()
+        lead += 1
+    trail = 0
+    while dims and dims[-1] == 1:
+        dims.pop()
+        trail += 1
+    if t.is_contiguous() and list(shape)[lead:len(shape) - trail] == dims:
+        return t, max(1, t.numel()), math.prod(shape[len(shape) - trail:])
+    t = t.expand(shape).contiguous()
+    return t, t.numel(), 1
 '''
 
 SMS_HELPER = '''
@@ -70,13 +78,23 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 '''
 
 
+def operand_index(i: int, index: str) -> str:
+    """Where operand ``i`` (laid out by ``_operand``) is read for output flat index ``index``."""
+    return f"({index}) // t{i}_d % t{i}_n"
+
+
+def operand_params(i: int) -> str:
+    """Operand ``i``'s kernel parameters for ``_operand``'s three values."""
+    return f"t{i}_ptr, t{i}_n, t{i}_d"
+
+
 @dataclass
 class Chain:
     """An elementwise expression over loaded operands, as Triton statements.
 
     ``tensors`` are the forward-side expressions of tensor operands (``x``, ``self.bias``),
     ``scalars`` those of scalar operands (``self.scale``, ``0.5``); the kernel sees them as
-    ``t0_ptr``/``t0_n`` and ``s0``.
+    ``t0_ptr``/``t0_n``/``t0_d`` (``_operand``'s layout) and ``s0``.
     """
 
     tensors: list[str] = field(default_factory=list)
@@ -85,13 +103,13 @@ class Chain:
     result: str = ""
 
     def kernel_args(self) -> str:
-        args = [f"t{i}_ptr, t{i}_n" for i in range(len(self.tensors))]
+        args = [operand_params(i) for i in range(len(self.tensors))]
         args += [f"s{i}" for i in range(len(self.scalars))]
         return "".join(f", {a}" for a in args)
 
     def loads(self, index: str, mask: str) -> list[str]:
         """Statements loading every tensor operand at output flat index ``index``."""
-        return [f"t{i} = tl.load(t{i}_ptr + ({index}) % t{i}_n, mask={mask}, other=0.0)"
+        return [f"t{i} = tl.load(t{i}_ptr + {operand_index(i, index)}, mask={mask}, other=0.0)"
                 f".to(tl.float32)" for i in range(len(self.tensors))]
 
     def full_loads(self, index: str, mask: str) -> list[str]:
@@ -100,7 +118,8 @@ class Chain:
         128×256 tile cannot spare."""
         lines = []
         for i, wrapped in enumerate(self.loads(index, mask)):
-            lines += [f"if T{i}_FULL:", f"    {wrapped.replace(f' % t{i}_n', '')}", "else:", f"    {wrapped}"]
+            lines += [f"if T{i}_FULL:", f"    {wrapped.replace(operand_index(i, index), index)}", "else:",
+                      f"    {wrapped}"]
         return lines
 
     def full_constexprs(self) -> str:

@@ -10,9 +10,8 @@ on the accumulator before the only store, into ``out[n, co, oh, ow]``.
 
 Epilogue operands that broadcast only along the output channels (a ``(C_out, 1, 1)`` bias, the
 shape KernelBench's conv problems use) are read as one vector per column tile at
-``co · stride``: the flat-index scheme of ``_operand`` would need them expanded into a full copy
-first, since they are not a trailing block of the NCHW output. Every other operand goes through
-``_operand`` with the output's flat NCHW index.
+``co · stride``, one load a column rather than ``_operand``'s flat index (``k // d % n``) on every
+element. Every other operand goes through ``_operand`` with the output's flat NCHW index.
 
 The same kernel is written for 1, 2 or 3 spatial axes. A grouped convolution runs one group a
 program column (``program_id(2)``): its K is the group's input channels and taps. A transposed
@@ -140,7 +139,7 @@ def kernel_args(op: Conv) -> str:
     """The epilogue operands' kernel parameters (shared with ``depthwise``): an operand read
     per output channel passes its channel stride, any other its length for ``_operand``'s
     flat index."""
-    args = [f"t{i}_ptr, t{i}_s" if ch else f"t{i}_ptr, t{i}_n" for i, ch in enumerate(op.channel)]
+    args = [f"t{i}_ptr, t{i}_s" if ch else common.operand_params(i) for i, ch in enumerate(op.channel)]
     args += [f"s{i}" for i in range(len(op.epilogue.scalars))]
     return "".join(f", {a}" for a in args)
 
@@ -152,7 +151,7 @@ def _loads(op: Conv) -> str:
             lines.append(f"t{i} = tl.load(t{i}_ptr + co[None, :] * t{i}_s, mask=rn[None, :] < N, "
                          f"other=0.0).to(tl.float32)")
         else:
-            lines.append(f"t{i} = tl.load(t{i}_ptr + out_idx % t{i}_n, mask=cmask, other=0.0)"
+            lines.append(f"t{i} = tl.load(t{i}_ptr + {common.operand_index(i, 'out_idx')}, mask=cmask, other=0.0)"
                          f".to(tl.float32)")
     return "".join(f"    {line}\n" for line in lines)
 

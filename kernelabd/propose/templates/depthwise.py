@@ -38,7 +38,7 @@ def _params(axes: tuple[str, ...]) -> str:
 
 def _loads(op: Conv) -> str:
     lines = [f"t{i} = tl.load(t{i}_ptr + co * t{i}_s).to(tl.float32)" if ch else
-             f"t{i} = tl.load(t{i}_ptr + out_idx % t{i}_n, mask=pix_ok, other=0.0).to(tl.float32)"
+             f"t{i} = tl.load(t{i}_ptr + {common.operand_index(i, 'out_idx')}, mask=pix_ok, other=0.0).to(tl.float32)"
              for i, ch in enumerate(op.channel)]
     return indent(lines, 4)
 

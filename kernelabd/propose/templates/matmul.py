@@ -476,11 +476,11 @@ LAUNCH_HELPER = f'''
 
 def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue, tensors=0):
     """``c = epilogue(a @ b)`` for ``b`` of logical (K, N) strides ``sbk``, ``sbn``; the epilogue's
-    first ``tensors`` operands are (tensor, numel) pairs, read without wrapping when full-size.
+    first ``tensors`` operands are ``_operand``'s (tensor, n, d), read without wrapping when full-size.
     3-dim ``a``, ``b`` and ``c`` are a batch of products (no epilogue operands then)."""
     batch = a.shape[0] if a.dim() == 3 else 1
     grid, split, meta = _plan(a, [(b, sbk, sbn)], M, N, K, block_n, batch=batch)
-    full = {{f"T{{i}}_FULL": epilogue[2 * i + 1] == M * N for i in range(tensors)}}
+    full = {{f"T{{i}}_FULL": epilogue[3 * i + 1] == M * N for i in range(tensors)}}
     ws = torch.empty((split, M, N), device=c.device, dtype=torch.float32) if split > 1 else c
     sab, sbb = (a.stride(0), b.stride(0)) if batch > 1 else (0, 0)
     matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(-2), a.stride(-1), sbk, sbn, sab, sbb, *epilogue,

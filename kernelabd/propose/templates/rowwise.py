@@ -216,7 +216,7 @@ def _x(op: Rowwise, index: str, mask: str, evict: str | None, target: str = "x")
     lines += [*chain.lines, f"{target} = tl.where({mask}, {chain.result}, 0.0)"]
     if target == "x":
         return lines
-    return [re.sub(r"\b(v\d+\w*|t\d+)\b(?!_ptr|_n\b)", rf"{target}_\1", line) for line in lines]
+    return [re.sub(r"\b(v\d+\w*|t\d+)\b(?!_ptr|_n\b|_d\b)", rf"{target}_\1", line) for line in lines]
 
 
 def _affine(op: Rowwise) -> list[str]:

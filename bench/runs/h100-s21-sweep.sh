@@ -1,0 +1,53 @@
+# Session 21: the template proposer's first candidate on KernelBench problems no bench/port row
+# covers, at their own sizes, beside eager and torch.compile default, with kernel profiles: where
+# a template loses to the peers on problems it was never tuned for. SETS lists sets to run in
+# turn as NAME:SECONDS (each set's time limit; a set's rows are kept as each problem ends):
+# l1gemm, l1mem, l1conv (KernelBench level 1) and l2a, l2b (level 2); then, after the per-channel
+# operand fix, "ops" (the problems whose operands were copied, and l2b's three that did not run)
+# and "convx"/"gemmx" (the losing convolutions and the tall-skinny product with tunable variants).
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
+chmod -R a+rX "$PWD" /tmp/site
+export PYTHONUNBUFFERED=1
+KB=bench/coverage/kernelbench
+for SPEC in ${SETS:?NAME:SECONDS ...}; do
+  S=${SPEC%%:*}; LIMIT=${SPEC##*:}; R=$OUT/$S; mkdir -p $R; VARIANTS=""
+  case $S in
+    l1gemm) L=level1; ONLY="4_Matrix_vector_multiplication_ 7_Matmul_with_small_K_dimension_ 9_Tall_skinny_matrix_multiplication_
+      10_3D_tensor_matrix_multiplication 13_Matmul_for_symmetric_matrices 16_Matmul_with_transposed_A 17_Matmul_with_transposed_B" ;;
+    l1mem) L=level1; ONLY="24_LogSoftmax 33_BatchNorm 34_InstanceNorm 35_GroupNorm_ 38_L1Norm_ 39_L2Norm_ 42_Max_Pooling_2D
+      45_Average_Pooling_2D 49_Max_reduction_over_a_dimension 88_MinGPTNewGelu" ;;
+    l1conv) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel 57_conv_transposed_2D__square_input__square_kernel
+      64_conv_transposed_1D 67_conv_standard_1D 82_conv_depthwise_2D_square_input_square_kernel 86_conv_depthwise_separable_2D
+      87_conv_pointwise_2D" ;;
+    l2a) L=level2; ONLY="12_Gemm_Multiply_LeakyReLU 18_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp 22_Matmul_Scale_ResidualAdd_Clamp_LogSumExp_Mish
+      28_BMM_InstanceNorm_Sum_ResidualAdd_Multiply 30_Gemm_GroupNorm_Hardtanh 66_Matmul_Dropout_Softmax 84_Gemm_BatchNorm_Scaling_Softmax 99_Matmul_GELU_Softmax" ;;
+    l2b) L=level2; ONLY="17_Conv2d_InstanceNorm_Divide 19_ConvTranspose2d_GELU_GroupNorm 23_Conv3d_GroupNorm_Mean
+      34_ConvTranspose3d_LayerNorm_GELU_Scaling 43_Conv3d_Max_LogSumExp_ReLU 52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling
+      89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
+    ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_" ;;
+    ops2) L=level2; ONLY="52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling 89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
+    convx) L=level1; ONLY="87_conv_pointwise_2D 54_conv_standard_3D__square_input__square_kernel 86_conv_depthwise_separable_2D"
+      VARIANTS="cl0:CHANNELS_LAST=0,s1_CHANNELS_LAST=0 cl0n128:CHANNELS_LAST=0,BLOCK_N=128,num_stages=2,s1_CHANNELS_LAST=0,s1_BLOCK_N=128,s1_num_stages=2
+        k64:BLOCK_K=64,s1_BLOCK_K=64 m64w4:BLOCK_M=64,num_warps=4,num_stages=4,s1_BLOCK_M=64,s1_num_warps=4,s1_num_stages=4
+        cl0m64:CHANNELS_LAST=0,BLOCK_M=64,num_warps=4,s1_CHANNELS_LAST=0,s1_BLOCK_M=64,s1_num_warps=4" ;;
+    gemmx) L=level1; ONLY="9_Tall_skinny_matrix_multiplication_ 4_Matrix_vector_multiplication_"
+      VARIANTS="k32:BLOCK_K=32 k32p:BLOCK_K=32,PERSISTENT=1 k32ts:BLOCK_K=32,TMA=1,TMA_STORE=1,PERSISTENT=1
+        n256k32:BLOCK_N=256,BLOCK_K=32 m64k32w4:BLOCK_M=64,BLOCK_K=32,num_warps=4,num_stages=4" ;;
+  esac
+  timeout $LIMIT python3 bench/port/seeds.py --out $R --problems $KB/$L --only $ONLY --peers default --profile 3 \
+    --max-timing-s 1.5 ${VARIANTS:+--variant $VARIANTS} > $R/log.txt 2>&1; echo "$S rc=$?"
+done
+for S in $OUT/*/; do sed -n '/^| problem/,/^$/p' $S/seeds.md 2>/dev/null | cut -c1-160; done
+python3 - <<'PY'
+import json, os, glob
+for f in sorted(glob.glob(os.environ["OUT"] + "/*/seeds.jsonl")):
+    for line in open(f):
+        r = json.loads(line); ms = r.get("ms", {})
+        peer = min((v for k, v in ms.items() if k in ("eager", "compile")), default=None)
+        ours = {k: v for k, v in ms.items() if k not in ("eager", "compile")}
+        best = min(ours, key=ours.get, default=None)
+        print(f"{r['problem'][:44]:44} wall {r.get('wall_s')}s " + (
+            f"seed/best-peer {peer / ours['seed']:.3f}x, best {best} {peer / ours[best]:.3f}x"
+            if peer and "seed" in ours else f"errors {json.dumps(r.get('errors'))[:200]}"))
+PY
