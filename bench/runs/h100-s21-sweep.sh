@@ -25,7 +25,7 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     l2b) L=level2; ONLY="17_Conv2d_InstanceNorm_Divide 19_ConvTranspose2d_GELU_GroupNorm 23_Conv3d_GroupNorm_Mean
       34_ConvTranspose3d_LayerNorm_GELU_Scaling 43_Conv3d_Max_LogSumExp_ReLU 52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling
       89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
-    ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_" ;;
+    ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_ 39_L2Norm_" ;;
     ops2) L=level2; ONLY="52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling 89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
     convx) L=level1; ONLY="87_conv_pointwise_2D 54_conv_standard_3D__square_input__square_kernel 86_conv_depthwise_separable_2D"
       VARIANTS="cl0:CHANNELS_LAST=0,s1_CHANNELS_LAST=0 cl0n128:CHANNELS_LAST=0,BLOCK_N=128,num_stages=2,s1_CHANNELS_LAST=0,s1_BLOCK_N=128,s1_num_stages=2

@@ -77,6 +77,19 @@ REFERENCES: dict[str, tuple[str, str]] = {
         "def forward(self, x):\n    return torch.relu(self.bn(self.conv(x)))\n",
         init="self.conv = nn.Conv2d(3, 8, 3)\nself.bn = nn.BatchNorm2d(8)\n",
         inputs="torch.randn(2, 3, 9, 11)"), "conv2d"),
+    # vector norms are the reductions they compute: KernelBench L1 #39's and #37's forms, F.normalize
+    "l2_normalised_over_dim1": (reference(
+        "def forward(self, x):\n    return x / torch.norm(x, p=2, dim=1, keepdim=True)\n",
+        inputs="torch.randn(6, 70, 3)"), "sum over dim 1 of an elementwise prologue (mul)"),
+    "frobenius_normalised": (reference(
+        "def forward(self, x):\n    return x / torch.norm(x, p='fro')\n",
+        inputs="torch.randn(3, 5, 40)"), "elementwise chain of 2 ops (sqrt → div)"),
+    "f_normalize": (reference(
+        "def forward(self, x):\n    return F.normalize(x, dim=-1)\n", inputs="torch.randn(4, 7, 33)"),
+        "elementwise chain of 3 ops (sqrt → clamp_min → div)"),
+    "max_norm_normalised": (reference(
+        "def forward(self, x):\n    return x / torch.linalg.vector_norm(x, float('inf'), -1, True)\n",
+        inputs="torch.randn(4, 7, 33)"), "max over dim -1 of an elementwise prologue (abs)"),
     # a product of widened bf16 operands: bf16 products are exact in the fp32 accumulator, and
     # the fp32 result is stored as fp32
     "matmul_of_widened_bf16": (reference(
@@ -101,6 +114,7 @@ def test_canonical_forms_reach_their_template_and_pass_the_real_gate(tmp_path, n
     # PyTorch's promotion makes the output fp32 from a bf16 input: no template stores that
     ("def forward(self, x):\n    return x * self.w\n", f"torch.randn(4, 8, {BF16})", "the result is torch.float32"),
     ("def forward(self, x):\n    return torch.cumsum(x, dim=1)\n", "torch.randn(4, 8)", "torch.cumsum (cumsum)"),
+    ("def forward(self, x):\n    return torch.norm(x, p=3, dim=1)\n", "torch.randn(4, 8)", "torch.norm (norm)"),
 ])
 def test_what_no_template_computes_is_declined_naming_the_node(forward, inputs, why):
     source = reference(forward, init="self.w = nn.Parameter(torch.randn(8))\n", inputs=inputs)

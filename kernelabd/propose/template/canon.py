@@ -8,6 +8,7 @@ References write one computation many ways; a matcher (``match``) should see one
   (``functionalise``);
 - ``dtype=`` on softmax and the reductions is a cast of their input (``explicit_casts``), and
   BatchNorm in eval is the per-channel affine map it computes (``decompose``);
+- vector norms and ``F.normalize`` are the reductions they compute (``decompose_norms``);
 - elementwise ops beyond the templates' own table carry their Triton expression here
   (``MORE_ELEMENTWISE``), so that any elementwise chain or epilogue takes them.
 
@@ -211,8 +212,9 @@ def is_number(value: Any) -> bool:
 
 
 def _kwargs_ok(node: fx.Node, allowed: set[str]) -> bool:
-    """Whether every keyword is one the op's template honours (a ``dtype`` only when None)."""
-    return all(k in allowed | HARMLESS_KWARGS or (k == "dtype" and v is None)
+    """Whether every keyword is one the op's template honours (``dtype`` and ``out`` only when
+    None)."""
+    return all(k in allowed | HARMLESS_KWARGS or (k in ("dtype", "out") and v is None)
                for k, v in node.kwargs.items())
 
 
@@ -372,6 +374,77 @@ def decompose(gm: fx.GraphModule) -> bool:
                 y = graph.call_function(operator.add, (y, _per_channel(gm, path, "bias", trailing)))
         node.replace_all_uses_with(y)
         graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return changed
+
+
+NORM_ARGS = {torch.norm: ("p", "fro"), torch.linalg.vector_norm: ("ord", 2), "norm": ("p", "fro")}
+"""Vector norms by target (a method by name), with the name and default of their order argument;
+each then takes ``dim`` and ``keepdim``."""
+
+
+def _norm_target(node: fx.Node) -> Any:
+    if node.op == "call_function" and node.target in NORM_ARGS:
+        return node.target
+    return "norm" if node.op == "call_method" and node.target == "norm" else None
+
+
+def _norm_of(graph: fx.Graph, x: Any, order: Any, dim: Any, keepdim: bool, ndim: int) -> fx.Node | None:
+    """``‖x‖`` as the reduction it is: ``sqrt(sum(x²))`` (order 2, ``"fro"``), ``sum(|x|)``
+    (1) or ``amax(|x|)`` (∞) over ``dim`` (every dim when None); None for any other order."""
+    dims = tuple(range(ndim)) if dim is None else dim
+    if order in (2, 2.0, "fro", None):
+        reduced = graph.call_function(torch.sum, (graph.call_function(operator.mul, (x, x)), dims, keepdim))
+        return graph.call_function(torch.sqrt, (reduced,))
+    if order in (1, 1.0):
+        return graph.call_function(torch.sum, (graph.call_function(torch.abs, (x,)), dims, keepdim))
+    if order == math.inf:
+        return graph.call_function(torch.amax, (graph.call_function(torch.abs, (x,)), dims, keepdim))
+    return None
+
+
+def _norm_node(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
+    """The reduction replacing a ``torch.norm``/``Tensor.norm``/``linalg.vector_norm`` or
+    ``F.normalize`` node (``x / max(‖x‖, eps)``), inserted before it; None where it is not one
+    of those or its arguments are not plain."""
+    x = node.args[0] if node.args else None
+    shape = meta_of(x).shape if meta_of(x) is not None else None
+    if shape is None:
+        return None
+    if node.op == "call_function" and node.target is F.normalize:
+        if not _kwargs_ok(node, {"p", "dim", "eps"}):
+            return None
+        order, dim, eps = (arg_of(node, 1, "p", 2.0), arg_of(node, 2, "dim", 1), arg_of(node, 3, "eps", 1e-12))
+        norm = _norm_of(graph, x, order, dim, True, len(shape)) if is_number(eps) else None
+        if norm is None:
+            return None
+        return graph.call_function(operator.truediv, (x, graph.call_function(torch.clamp_min, (norm, eps))))
+    target = _norm_target(node)
+    if target is None:
+        return None
+    name, default = NORM_ARGS[target]
+    if not _kwargs_ok(node, {name, "dim", "keepdim"}):
+        return None
+    return _norm_of(graph, x, arg_of(node, 1, name, default), arg_of(node, 2, "dim"),
+                    bool(arg_of(node, 3, "keepdim", False)), len(shape))
+
+
+def decompose_norms(gm: fx.GraphModule) -> bool:
+    """Vector norms and ``F.normalize`` as the reductions and elementwise ops they compute
+    (KernelBench's ``x / torch.norm(x, p=2, dim=1, keepdim=True)``), so that the reduction and
+    pipeline templates take them. True if it changed the graph (shapes then need propagating
+    again)."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        with gm.graph.inserting_before(node):
+            replacement = _norm_node(gm.graph, node)
+        if replacement is None:
+            continue
+        node.replace_all_uses_with(replacement)
+        gm.graph.erase_node(node)
         changed = True
     if changed:
         gm.graph.lint()

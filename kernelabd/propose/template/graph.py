@@ -58,6 +58,7 @@ from kernelabd.propose.template.canon import (
     basic_index,
     canon,
     decompose,
+    decompose_norms,
     describe,
     dtype_of,
     explicit_casts,
@@ -505,7 +506,7 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
         try:
             with torch.no_grad():
                 ShapeProp(gm).propagate(*inputs)
-                if decompose(gm) | explicit_casts(gm):
+                if decompose(gm) | decompose_norms(gm) | explicit_casts(gm):
                     ShapeProp(gm).propagate(*inputs)
         except Exception as exc:
             failures.append(f"running forward on {device} tensors failed: {one_line(exc, 300)}")
