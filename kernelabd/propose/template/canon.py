@@ -410,11 +410,13 @@ def _norm_node(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
     """The reduction replacing a ``torch.norm``/``Tensor.norm``/``linalg.vector_norm`` or
     ``F.normalize`` node (``x / max(‖x‖, eps)``), inserted before it; None where it is not one
     of those or its arguments are not plain."""
+    normalize = node.op == "call_function" and node.target is F.normalize
+    target = None if normalize else _norm_target(node)
     x = node.args[0] if node.args else None
-    shape = meta_of(x).shape if meta_of(x) is not None else None
-    if shape is None:
+    shape = getattr(meta_of(x), "shape", None)
+    if shape is None or (target is None and not normalize):
         return None
-    if node.op == "call_function" and node.target is F.normalize:
+    if normalize:
         if not _kwargs_ok(node, {"p", "dim", "eps"}):
             return None
         order, dim, eps = (arg_of(node, 1, "p", 2.0), arg_of(node, 2, "dim", 1), arg_of(node, 3, "eps", 1e-12))
@@ -422,9 +424,6 @@ def _norm_node(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
         if norm is None:
             return None
         return graph.call_function(operator.truediv, (x, graph.call_function(torch.clamp_min, (norm, eps))))
-    target = _norm_target(node)
-    if target is None:
-        return None
     name, default = NORM_ARGS[target]
     if not _kwargs_ok(node, {name, "dim", "keepdim"}):
         return None
