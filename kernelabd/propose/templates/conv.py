@@ -107,6 +107,16 @@ def _channels_last(t: torch.Tensor, dim: int) -> torch.Tensor:
 """
 
 
+NARROW_HELPER = """
+
+def _narrow(block: int, size: int) -> int:
+    \"\"\"``block`` cut to ``size`` rounded up to a power of two, at least 16 (the least a dot
+    takes): columns past the output channels (24 of them against a 64-wide tile) would be
+    loaded and multiplied only to be masked off.\"\"\"
+    return min(block, max(16, triton.next_power_of_2(size)))
+"""
+
+
 @dataclass
 class Conv:
     """A convolution (``dims`` spatial axes; ``transposed``: ``conv_transpose*d``, whose
@@ -311,11 +321,12 @@ def forward(self, {signature}):
     _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation}, {op.groups}{extra})
     _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]
     _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
-    _grid = ({rows_grid}, triton.cdiv(_g[2], BLOCK_N), _g[3])
+    _bn = _narrow(BLOCK_N, _g[2])
+    _grid = ({rows_grid}, triton.cdiv(_g[2], _bn), _g[3])
     _sw = _w.stride()
     {op.name}_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), _sw[{1 - wc}], _sw[{wc}], *_sw[2:], {bias}.stride(0),
                          *_g{call_args(op)},
-                         HAS_BIAS={op.bias is not None}, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                         HAS_BIAS={op.bias is not None}, BLOCK_M=BLOCK_M, BLOCK_N=_bn,
                          BLOCK_K=BLOCK_K, CHANNELS_INNER=bool(CHANNELS_LAST), num_warps=num_warps,
                          num_stages=num_stages)
     return _y
@@ -327,6 +338,6 @@ def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -
     source = (common.header(f"Template: {op.name} as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
               + common.tunables(TUNE_VALUES, seed(op), common.resources(RESOURCES, op.precision))
-              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + helper
+              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + NARROW_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {op.name} ({what}) as implicit GEMM with fused epilogue"
