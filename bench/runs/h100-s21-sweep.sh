@@ -4,7 +4,8 @@
 # turn as NAME:SECONDS (each set's time limit; a set's rows are kept as each problem ends):
 # l1gemm, l1mem, l1conv (KernelBench level 1) and l2a, l2b (level 2); then, after the per-channel
 # operand fix, "ops" (the problems whose operands were copied, and l2b's three that did not run)
-# and "convx"/"gemmx" (the losing convolutions and the tall-skinny product with tunable variants).
+# and "convx"/"gemmx" (the losing convolutions and the tall-skinny product with tunable variants;
+# "convq"/"gemmq" the same, fewer, for a short call).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
@@ -31,6 +32,10 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
       VARIANTS="cl0:CHANNELS_LAST=0,s1_CHANNELS_LAST=0 cl0n128:CHANNELS_LAST=0,BLOCK_N=128,num_stages=2,s1_CHANNELS_LAST=0,s1_BLOCK_N=128,s1_num_stages=2
         k64:BLOCK_K=64,s1_BLOCK_K=64 m64w4:BLOCK_M=64,num_warps=4,num_stages=4,s1_BLOCK_M=64,s1_num_warps=4,s1_num_stages=4
         cl0m64:CHANNELS_LAST=0,BLOCK_M=64,num_warps=4,s1_CHANNELS_LAST=0,s1_BLOCK_M=64,s1_num_warps=4" ;;
+    convq) L=level1; ONLY="87_conv_pointwise_2D 54_conv_standard_3D__square_input__square_kernel"
+      VARIANTS="cl0:CHANNELS_LAST=0 cl0n128:CHANNELS_LAST=0,BLOCK_N=128,num_stages=2 k64:BLOCK_K=64 m64w4:BLOCK_M=64,num_warps=4,num_stages=4" ;;
+    gemmq) L=level1; ONLY="9_Tall_skinny_matrix_multiplication_"
+      VARIANTS="k32:BLOCK_K=32 k32ts:BLOCK_K=32,TMA=1,TMA_STORE=1,PERSISTENT=1 m64k32w4:BLOCK_M=64,BLOCK_K=32,num_warps=4,num_stages=4" ;;
     gemmx) L=level1; ONLY="9_Tall_skinny_matrix_multiplication_ 4_Matrix_vector_multiplication_"
       VARIANTS="k32:BLOCK_K=32 k32p:BLOCK_K=32,PERSISTENT=1 k32ts:BLOCK_K=32,TMA=1,TMA_STORE=1,PERSISTENT=1
         n256k32:BLOCK_N=256,BLOCK_K=32 m64k32w4:BLOCK_M=64,BLOCK_K=32,num_warps=4,num_stages=4" ;;
