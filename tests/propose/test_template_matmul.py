@@ -100,6 +100,17 @@ def test_a_skinny_product_splits_k_by_itself(tmp_path):
     assert all(r.launched("splitk_kernel") and not r.launched("matmul_kernel", SPLIT_K=1) for r in runs)
 
 
+def test_a_short_k_cuts_the_k_tile_to_fit(tmp_path):
+    """K = 24 against the seed's 64-deep K tile (KernelBench L1 #9's K is 32): the product runs
+    32-deep tiles (K rounded up to a power of two), not tiles two-thirds padding; an explicit
+    ``BLOCK_K`` below K is kept as set."""
+    runs = sweep(tmp_path, mm_reference("float32", 40, 24, 24), [], [[40, 24], [24, 24]],
+                 [{}, {"TMA": 1, "BLOCK_K": 16}], "float32")
+    assert_accurate(runs)
+    assert runs[0].launched("matmul_kernel", BLOCK_K=32), runs[0].launches
+    assert runs[1].launched("matmul_kernel", BLOCK_K=16), runs[1].launches
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_batch_of_products_is_one_launch_on_every_path(tmp_path, dtype):
     """``torch.bmm`` with a scalar epilogue: one launch, a product a grid row, each matrix of the

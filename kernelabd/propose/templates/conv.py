@@ -111,8 +111,9 @@ NARROW_HELPER = """
 
 def _narrow(block: int, size: int) -> int:
     \"\"\"``block`` cut to ``size`` rounded up to a power of two, at least 16 (the least a dot
-    takes): columns past the output channels (24 of them against a 64-wide tile) would be
-    loaded and multiplied only to be masked off.\"\"\"
+    takes): columns past the output channels (24 of them against a 64-wide tile), or a K step
+    past a group's input channels and taps (a 1×1 convolution of 16 channels), would be loaded
+    and multiplied only to be masked off.\"\"\"
     return min(block, max(16, triton.next_power_of_2(size)))
 """
 
@@ -321,13 +322,13 @@ def forward(self, {signature}):
     _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation}, {op.groups}{extra})
     _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]
     _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
-    _bn = _narrow(BLOCK_N, _g[2])
+    _bn, _bk = _narrow(BLOCK_N, _g[2]), _narrow(BLOCK_K, _g[1] * math.prod(_w.shape[2:]))
     _grid = ({rows_grid}, triton.cdiv(_g[2], _bn), _g[3])
     _sw = _w.stride()
     {op.name}_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), _sw[{1 - wc}], _sw[{wc}], *_sw[2:], {bias}.stride(0),
                          *_g{call_args(op)},
                          HAS_BIAS={op.bias is not None}, BLOCK_M=BLOCK_M, BLOCK_N=_bn,
-                         BLOCK_K=BLOCK_K, CHANNELS_INNER=bool(CHANNELS_LAST), num_warps=num_warps,
+                         BLOCK_K=_bk, CHANNELS_INNER=bool(CHANNELS_LAST), num_warps=num_warps,
                          num_stages=num_stages)
     return _y
 """

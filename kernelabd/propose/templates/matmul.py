@@ -209,8 +209,9 @@ def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
     (read through logical (K, N) strides), ``batch`` such products side by side (the grid's
     second axis; a batch never splits K: it fills the GPU with products instead): tiles, split,
     and whether descriptors address every operand (A K-major, all B operands in one
-    orientation)."""
-    bm, bn = _tile(BLOCK_M, M), _tile(block_n, N)
+    orientation). A K shorter than ``BLOCK_K`` cuts the K tile too (L1 #9's K = 32 ran 64-deep
+    tiles, half of each dot on padding)."""
+    bm, bn, bk = _tile(BLOCK_M, M), _tile(block_n, N), _tile(BLOCK_K, K)
     size = a.element_size()
     b_majors = {{_major(b, sbn, sbk) for b, sbk, sbn in bs}}
     b_major = b_majors.pop() if len(b_majors) == 1 else None
@@ -218,11 +219,11 @@ def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
            and _batch_aligned(a, *(b for b, _, _ in bs)))
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     programs = max(1, _sms(a) // batch)
-    split = _split_k(tiles, triton.cdiv(K, BLOCK_K), programs) if splits and batch == 1 else 1
-    smem = (num_stages * (bm + len(bs) * bn) * BLOCK_K + bm * bn // (1 + SUBTILE)) * size
+    split = _split_k(tiles, triton.cdiv(K, bk), programs) if splits and batch == 1 else 1
+    smem = (num_stages * (bm + len(bs) * bn) * bk + bm * bn // (1 + SUBTILE)) * size
     if tma and a.is_cuda:
         triton.set_allocator(_scratch)
-    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, EVEN_K=K % BLOCK_K == 0, TMA=tma,
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=K % bk == 0, TMA=tma,
                 INDEX_64=_index_64(M, N),
                 B_KMAJOR=b_major == 1,
                 TMA_STORE=tma and bool(TMA_STORE) and split == 1 and N * size % 16 == 0 and smem <= {SMEM_PER_PROGRAM},
