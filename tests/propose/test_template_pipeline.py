@@ -62,6 +62,12 @@ PIPELINES = {
         "torch.randn(6, 10), torch.randn(12)", (", d_in, d_out", "10, 12"),
         ["matmul (linear + bias) with fused epilogue, then softmax", "sum over dim 0",
          "elementwise chain of 1 ops (mul)"]),
+    "sequential_mlp": (                     # L3 #1: the layers are nn.Sequential's children 0, 2, 4
+        "self.network = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out), nn.ReLU(),\n"
+        "                             nn.Linear(d_out, 5))\n",
+        "def forward(self, x):\n    return self.network(x)\n",
+        "torch.randn(6, 10)", (", d_in, d_out", "10, 12"),
+        ["matmul (linear + bias + relu)", "matmul (linear + bias + relu)", "matmul (linear + bias)"]),
 }
 
 

@@ -8,6 +8,7 @@ anyway: a wrong match costs one rejected candidate, never a wrong answer.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,15 +30,39 @@ from kernelabd.propose.templates import (
     rowwise,
 )
 
+SELF_PATH = re.compile(r"\bself((?:\.[A-Za-z_]\w*|\.\d+)+)")
+"""A ``self.`` attribute path as the graph names it: an fx target, whose parts may be the
+numbers ``nn.Sequential`` and ``nn.ModuleList`` name their children by (``network.0.weight``)."""
+
+
+def python_paths(source: str) -> str:
+    """``source`` with every numbered attribute path made Python (``self.network.0.weight`` →
+    ``getattr(self.network, '0').weight``): getattr reads any child by the name fx gives it,
+    where indexing would not (a ``ModuleDict``'s keys are strings). A path without a number,
+    the usual case, is left as written."""
+    def python(m: re.Match[str]) -> str:
+        parts = m.group(1).split(".")[1:]
+        if not any(part.isdigit() for part in parts):
+            return m.group(0)
+        expr = "self"
+        for part in parts:
+            expr = f"getattr({expr}, {part!r})" if part.isdigit() else f"{expr}.{part}"
+        return expr
+    return SELF_PATH.sub(python, source)
+
 
 @dataclass(frozen=True)
 class Match:
     """A template instantiated for the reference: the candidate's source, its edit line, and
-    the input precision its dots were given (``None`` for a template without dots)."""
+    the input precision its dots were given (``None`` for a template without dots). The graph
+    names parameters by their fx paths; the source holds them as Python."""
 
     source: str
     edit: str
     dots: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", python_paths(self.source))
 
 
 def _inner_of(shape: tuple[int, ...] | None, end: int) -> bool:
