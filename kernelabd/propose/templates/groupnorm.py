@@ -2,13 +2,16 @@
 affine map fused.
 
 A group is ``C / G`` whole channel planes, contiguous in NCHW: one program owns one ``(n, g)``
-group and walks it three times in ``BLOCK`` steps: the sum (for the mean), the sum of squared
-deviations from that mean (two passes, not ``E[x²] − E[x]²``, whose cancellation an fp32 sum
-of a large group cannot afford against the float64 oracle), then the normalised, scaled and
-shifted store, the channel of an element being ``g · C/G + offset // spatial``. The second and
-third reads of a group of KernelBench's sizes come from L2.
+group and reads it twice in ``BLOCK`` steps: once for the statistics, once for the normalised,
+scaled and shifted store (the channel of an element being ``g · C/G + offset // spatial``).
+The statistics are Welford's, one running mean and sum of squared deviations a lane, merged
+across lanes by Chan's formula at the end, of the values less one of them (a shift, so that
+the means are near the spread, not at the data's offset): as exact as two passes over the data (no
+``E[x²] − E[x]²`` cancellation, which an fp32 sum of a group far from zero cannot afford against
+the float64 oracle) for one read. A group of KernelBench's sizes (L1 #35: 8 MB) does not stay in
+L2 between reads, so each read is HBM traffic: the two-pass form's three reads and a write ran
+at 50 % of the copy rate (0.75× torch.compile, bench/port/results/2026-12-06-h100-s21).
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,26 +38,40 @@ class GroupNorm:
 KERNEL = """
 
 @triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    n = n_a + n_b
+    w = tl.where(n == 0.0, 0.0, n_b / tl.maximum(n, 1.0))
+    delta = mean_b - mean_a
+    return mean_a + delta * w, m2_a + m2_b + delta * delta * n_a * w, n
+
+
+@triton.jit
 def group_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, G, CG, S, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                       BLOCK: tl.constexpr):
     row = tl.program_id(0)
     g = row % G
     n_el = CG * S
     base = row.to(tl.int64) * n_el
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    lanes = tl.arange(0, BLOCK)
+    # statistics of x − shift, a value of the group: the running means stay near the spread,
+    # where rounding at the size of a mean far from zero would swamp it
+    shift = tl.load(x_ptr + base).to(tl.float32)
+    mean = tl.zeros((BLOCK,), dtype=tl.float32)
+    m2 = tl.zeros((BLOCK,), dtype=tl.float32)
+    # every step but the last is whole, so a lane updated at step i has seen i values before it
     for start in range(0, n_el, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + base + offs, mask=offs < n_el, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / n_el
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for start in range(0, n_el, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
+        offs = start + lanes
         m = offs < n_el
-        d = tl.where(m, tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - mean, 0.0)
-        acc += d * d
-    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_el + eps)
+        x = tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - shift
+        delta = tl.where(m, x - mean, 0.0)
+        mean += delta * (1.0 / (start // BLOCK + 1))
+        m2 += delta * (x - mean)
+    count = (n_el // BLOCK + (lanes < n_el % BLOCK)).to(tl.float32)
+    mean, m2, count = tl.reduce((mean, m2, count), 0, _welford_combine)
+    mean += shift
+    rstd = 1.0 / tl.sqrt(m2 / n_el + eps)
     for start in range(0, n_el, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
+        offs = start + lanes
         m = offs < n_el
         y = (tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - mean) * rstd
         c = g * CG + offs // S
@@ -83,8 +100,8 @@ def forward(self, {signature}):
 
 
 def render(op: GroupNorm, signature: str, imports: list[str], init: str) -> tuple[str, str]:
-    source = (common.header("Template: GroupNorm, a program a group, two-pass statistics in fp32, the "
-                            "per-channel affine map fused into the store.", imports)
+    source = (common.header("Template: GroupNorm, a program a group, Welford statistics in fp32 (one read), "
+                            "the per-channel affine map fused into the store.", imports)
               + common.tunables(TUNE_VALUES, SM90_STARTS["any"][0]) + f"STARTS = {SM90_STARTS['any']!r}\n"
               + KERNEL + common.model_class(init, forward(op, signature)))
     return source, "template: GroupNorm (a program a group, affine fused)"
