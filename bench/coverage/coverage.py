@@ -1,7 +1,7 @@
 """Which template the ``template`` proposer matches to each KernelBench problem, and why none
 does where none does: the table in ``bench/coverage/README.md``.
 
-    python3 bench/coverage/coverage.py                      # levels 1 and 2, prints the table
+    python3 bench/coverage/coverage.py                      # levels 1, 2 and 3, prints the table
     python3 bench/coverage/coverage.py --write              # and rewrites README.md's table
     python3 bench/coverage/coverage.py --levels 2 --only Conv --json raw.json
     python3 bench/coverage/coverage.py --rows raw.json --write   # the table again, from saved rows
@@ -125,7 +125,7 @@ def problems(levels: list[int], only: str | None) -> list[tuple[int, Path]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--only", help="problems whose file name contains this")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds a problem")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")

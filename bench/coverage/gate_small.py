@@ -149,7 +149,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--level", type=int, choices=[1, 2], action="append", help="default: both")
+    ap.add_argument("--level", type=int, choices=[1, 2, 3], action="append", help="default: 1 and 2")
     ap.add_argument("--only", nargs="+", help="problem names (file stems)")
     ap.add_argument("--rows", default=str(ROOT / "bench/coverage/rows.json"), help="coverage rows: which match")
     ap.add_argument("--spatial", type=int, default=10)
