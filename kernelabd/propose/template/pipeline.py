@@ -229,7 +229,8 @@ class _Methods(ast.NodeTransformer):
 
 def _methods(stage: _Stage, i: int) -> tuple[list[ast.FunctionDef], ast.FunctionDef | None, str]:
     """The stage's methods renamed ``_s{i}[_{j}]_{name}`` (j: the j-th class of its chain of
-    ``ModelNew`` subclasses), its ``__init__`` and its forward's new name."""
+    ``ModelNew`` subclasses), its ``__init__`` (calling them by their new names) and its
+    forward's new name."""
     final: dict[str, str] = {}
     chain: list[tuple[ast.ClassDef, dict[str, str]]] = []
     for j, cls in enumerate(stage.classes):
@@ -243,8 +244,8 @@ def _methods(stage: _Stage, i: int) -> tuple[list[ast.FunctionDef], ast.Function
         for f in cls.body:
             if not isinstance(f, ast.FunctionDef):
                 continue
-            if f.name == "__init__":
-                init = init or f
+            if f.name == "__init__":      # it may call the reference's helper methods, renamed too
+                init = init or _Methods(final, base).visit(f)
                 continue
             own = f"_s{i}{f'_{j}' if j else ''}_{f.name}"
             f = _Methods(final, base).visit(f)

@@ -197,17 +197,34 @@ def model_class(init_source: str, forward: str) -> str:
     return f"\n\nclass ModelNew(nn.Module):\n{init.rstrip()}\n\n{body}\n"
 
 
+REFERENCE_ONLY = ("Model", "get_inputs", "get_init_inputs")
+"""The reference's module-level names a candidate does not copy: its own class is ``ModelNew``."""
+
+
+def _lines(source: str, node: ast.stmt) -> str:
+    """``node``'s source lines, decorators included."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return "\n".join(source.splitlines()[first - 1:node.end_lineno])
+
+
 def reference_parts(source: str) -> tuple[list[str], str] | None:
-    """The reference's import lines and the source of ``Model.__init__`` (None without one)."""
+    """The reference's import lines and module-level classes and functions (a ``BasicBlock``
+    its constructor builds), and the source of ``Model.__init__`` with ``Model``'s other methods
+    but ``forward`` (a ``_make_stage`` it calls): the candidate's constructor must build the
+    same modules, parameters and all. None without an undecorated ``__init__``."""
     tree = parse(source)
     imports = [ast.get_source_segment(source, n) or "" for n in tree.body
                if isinstance(n, ast.Import | ast.ImportFrom)]
+    helpers = [_lines(source, n) for n in tree.body
+               if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name not in REFERENCE_ONLY]
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Model":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    lines = source.splitlines()[item.lineno - 1:item.end_lineno]
-                    if item.decorator_list:
-                        return None
-                    return [i for i in imports if i], "\n".join(lines) + "\n"
+            init = next((item for item in node.body if isinstance(item, ast.FunctionDef)
+                         and item.name == "__init__"), None)
+            if init is None or init.decorator_list:
+                return None
+            methods = [item for item in node.body if isinstance(item, ast.FunctionDef)
+                       and item.name not in ("__init__", "forward")]
+            text = "\n\n".join(_lines(source, item) for item in [init, *methods])
+            return [i for i in imports if i] + helpers, text + "\n"
     return None
