@@ -122,14 +122,17 @@ def test_the_tuner_moves_a_later_stage_apart_and_every_start_sets_every_tunable(
 
 def test_a_constructor_is_copied_with_the_helpers_it_calls(tmp_path):
     """KernelBench L3 #27's RegNet builds its stages with a method of ``Model``
-    (``_make_stage``), its ResNets with a module-level block class: the candidate's constructor
-    finds both, in a pipeline whose methods are renamed a stage at a time too."""
+    (``_make_stage``), its ResNets with a module-level block class and a class attribute
+    (``expansion``): the candidate's constructor finds all three, in a pipeline whose methods
+    are renamed a stage at a time too."""
     source = reference("def forward(self, x):\n    return torch.softmax(self.head(self.layers(x)), dim=1)\n\n"
                        "def _head(self, d):\n    return nn.Linear(d, 5)\n",
-                       init="self.layers = _stack(d_in, d_out)\nself.head = self._head(d_out)\n",
+                       init="self.layers = _stack(d_in, d_out * self.width)\nself.head = self._head(d_out * 2)\n",
                        init_args=", d_in, d_out", inputs="torch.randn(6, 10)", init_values="10, 12")
-    source = source.replace("\n\nclass Model", "\n\ndef _stack(d_in, d_out):\n"
-                            "    return nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU())\n\n\nclass Model", 1)
+    source = source.replace("\n\nclass Model(nn.Module):\n", "\n\ndef _stack(d_in, d_out):\n"
+                            "    return nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU())\n\n\n"
+                            "class Model(nn.Module):\n    width = 2\n\n", 1)
+    assert "    width = 2" in source
     found = instantiate(source)
     assert found is not None and found.edit.startswith("template: pipeline of "), found
     assert_passes(gate(tmp_path, "helpers", source, None, found.source))

@@ -290,7 +290,9 @@ def _renamed_strings(value: Any, names: dict[str, str]) -> Any:
 
 
 def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
-    """One candidate computing the stages in order; ``signature`` is the reference forward's."""
+    """One candidate computing the stages in order; ``signature`` is the reference forward's.
+    Its class keeps the first stage's class attributes (the reference's, which its constructor
+    may read)."""
     parts = [_stage(m.source, i) for i, (_, m) in enumerate(stages)]
     imports = list(dict.fromkeys(line for p in parts for line in p.imports))
     methods, calls, init = [], [], None
@@ -309,8 +311,9 @@ def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
     lines += [ast.unparse(node) for part in parts for node in part.body]
     forward = f"def forward(self, {signature}):\n" + "".join(f"    {c}\n" for c in calls) + \
         f"    return v{len(parts) - 1}\n"
+    attributes = [n for n in parts[0].classes[0].body if isinstance(n, ast.Assign | ast.AnnAssign)]
     cls = ast.ClassDef(name="ModelNew", bases=[parse("nn.Module").body[0].value], keywords=[],
-                       body=[init, *methods, *parse(forward).body], decorator_list=[])
+                       body=[*attributes, init, *methods, *parse(forward).body], decorator_list=[])
     lines.append(ast.unparse(ast.fix_missing_locations(cls)))
     dots = next((m.dots for _, m in stages if m.dots), None)
     return Match("\n\n".join(lines) + "\n", "template: pipeline of " + " → ".join(edits), dots)

@@ -209,9 +209,10 @@ def _lines(source: str, node: ast.stmt) -> str:
 
 def reference_parts(source: str) -> tuple[list[str], str] | None:
     """The reference's import lines and module-level classes and functions (a ``BasicBlock``
-    its constructor builds), and the source of ``Model.__init__`` with ``Model``'s other methods
-    but ``forward`` (a ``_make_stage`` it calls): the candidate's constructor must build the
-    same modules, parameters and all. None without an undecorated ``__init__``."""
+    its constructor builds), and the source of ``Model.__init__`` with ``Model``'s class
+    attributes (a ResNet block's ``expansion``) and other methods but ``forward`` (a
+    ``_make_stage`` it calls): the candidate's constructor must build the same modules,
+    parameters and all. None without an undecorated ``__init__``."""
     tree = parse(source)
     imports = [ast.get_source_segment(source, n) or "" for n in tree.body
                if isinstance(n, ast.Import | ast.ImportFrom)]
@@ -223,8 +224,9 @@ def reference_parts(source: str) -> tuple[list[str], str] | None:
                          and item.name == "__init__"), None)
             if init is None or init.decorator_list:
                 return None
+            attributes = [item for item in node.body if isinstance(item, ast.Assign | ast.AnnAssign)]
             methods = [item for item in node.body if isinstance(item, ast.FunctionDef)
                        and item.name not in ("__init__", "forward")]
-            text = "\n\n".join(_lines(source, item) for item in [init, *methods])
+            text = "\n\n".join(_lines(source, item) for item in [*attributes, init, *methods])
             return [i for i in imports if i] + helpers, text + "\n"
     return None
