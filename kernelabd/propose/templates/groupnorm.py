@@ -4,9 +4,10 @@ affine map fused.
 A group is ``C / G`` whole channel planes, contiguous in NCHW: one program owns one ``(n, g)``
 group and reads it twice in ``BLOCK`` steps: once for the statistics, once for the normalised,
 scaled and shifted store (the channel of an element being ``g · C/G + offset // spatial``).
-The statistics are Welford's, one running mean and sum of squared deviations a lane, merged
-across lanes by Chan's formula at the end, of the values less one of them (a shift, so that
-the means are near the spread, not at the data's offset): as exact as two passes over the data (no
+The statistics are Welford's, one running mean and sum of squared deviations a lane, of the
+values less one of them (a shift, so that the means are near the spread, not at the data's
+offset), merged at the end about the group's mean (``Σ m2 + n·(mean_lane − mean)²``, summed
+in a tree): as exact as two passes over the data (no
 ``E[x²] − E[x]²`` cancellation, which an fp32 sum of a group far from zero cannot afford against
 the float64 oracle) for one read. A group of KernelBench's sizes (L1 #35: 8 MB) does not stay in
 L2 between reads, so each read is HBM traffic: the two-pass form's three reads and a write ran
@@ -38,14 +39,6 @@ class GroupNorm:
 KERNEL = """
 
 @triton.jit
-def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
-    n = n_a + n_b
-    w = tl.where(n == 0.0, 0.0, n_b / tl.maximum(n, 1.0))
-    delta = mean_b - mean_a
-    return mean_a + delta * w, m2_a + m2_b + delta * delta * n_a * w, n
-
-
-@triton.jit
 def group_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, G, CG, S, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                       BLOCK: tl.constexpr):
     row = tl.program_id(0)
@@ -67,13 +60,16 @@ def group_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, G, CG, S, eps, HAS_W: tl.const
         mean += delta * (1.0 / (start // BLOCK + 1))
         m2 += delta * (x - mean)
     count = (n_el // BLOCK + (lanes < n_el % BLOCK)).to(tl.float32)
-    mean, m2, count = tl.reduce((mean, m2, count), 0, _welford_combine)
-    mean += shift
+    # the lanes merged at once about the group's mean, in trees: Chan's pairwise merge rounds
+    # the mean at every step, and a mean of normalised values (L2 #23's) is that rounding
+    mean_s = tl.sum(mean * count, axis=0) / n_el
+    dev = mean - mean_s
+    m2 = tl.sum(m2 + count * dev * dev, axis=0)
     rstd = 1.0 / tl.sqrt(m2 / n_el + eps)
     for start in range(0, n_el, BLOCK):
         offs = start + lanes
         m = offs < n_el
-        y = (tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - mean) * rstd
+        y = (tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - shift - mean_s) * rstd
         c = g * CG + offs // S
         if HAS_W:
             y = y * tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
