@@ -70,6 +70,17 @@ GRAPH_BREAK = CENTER.replace("return x - x.mean(dim=0, keepdim=True)",
 LINEAR_RELU = CENTER.replace("super().__init__()", "super().__init__()\n        self.fc = nn.Linear(64, 32)") \
     .replace("return x - x.mean(dim=0, keepdim=True)", "return torch.relu(self.fc(x))")
 
+# the constructor uses a module-level block class, a helper method and a class attribute (as
+# KernelBench level 3's networks do): the port's constructor must bring all three
+HELPERS = CENTER.replace("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n",
+                         "class Scale(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+                         "        self.w = nn.Parameter(torch.randn(n))\n\n\n"
+                         "class Model(nn.Module):\n    width = 48\n\n    def __init__(self):\n"
+                         "        super().__init__()\n        self.scale = self._make(self.width)\n\n"
+                         "    def _make(self, n):\n        return Scale(n)\n") \
+    .replace("return x - x.mean(dim=0, keepdim=True)",
+             "x = x * self.scale.w\n        return x - x.mean(dim=0, keepdim=True)")
+
 
 def example(name: str, sidecar: bool = True) -> tuple[str, str | None]:
     side = EXAMPLES / f"{name}.toml"
@@ -91,6 +102,7 @@ JOBS: dict[str, tuple[str, str | None]] = {
     "layernorm_extra_shape": example("layernorm"),         # features 512 and 769
     "matmul": example("matmul", sidecar=False),
     "graph_break": (GRAPH_BREAK, None),
+    "helpers": (HELPERS, None),
 }
 
 
@@ -123,15 +135,16 @@ def assert_standalone(source: str) -> None:
 UNSEEN = "\n[[extra_shapes]]\nbatch_size = 5\ndim = 77\n"
 
 
-@pytest.mark.parametrize("name", ["softmax", "gelu_gate", "layernorm"])
+@pytest.mark.parametrize("name", ["softmax", "gelu_gate", "layernorm", "helpers"])
 def test_generated_port_passes_the_real_gate(proposed, tmp_path, name):
     proposal, reason = proposed[name]
     assert proposal is not None, reason
-    assert proposal.edit.startswith("inductor: 1 Triton kernel(s)") and "\n" not in proposal.edit
+    assert re.match(r"inductor: \d Triton kernel\(s\)", proposal.edit) and "\n" not in proposal.edit
     assert proposal.parent_id is None and proposal.language == "triton"
     assert_standalone(proposal.source)
     tunables = {t.name: t for t in parse_tunables(proposal.source)}
-    assert "num_warps" in tunables and proposal.params == {k: t.current for k, t in tunables.items()}
+    assert any(name.startswith("num_warps") for name in tunables)
+    assert proposal.params == {k: t.current for k, t in tunables.items()}
     source, sidecar = JOBS[name]
     if sidecar:                                    # its extra shape, and one never generated for
         sidecar += UNSEEN
