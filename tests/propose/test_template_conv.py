@@ -8,11 +8,15 @@ are tiny: the interpreter runs every program in Python."""
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelabd.propose.template.proposer import instantiate
+from kernelabd.propose.templates.conv import GEOMETRY_HELPER, INSIDE_HELPER
 from kernelabd.propose.tune import apply_edit, parse_tunables
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import reference, sidecar_of
@@ -78,6 +82,9 @@ OTHER_CONVS = {
                           "return self.conv(x) * 2.0", "conv3d (conv3d + bias + mul)"),
     "conv2d_grouped": ("nn.Conv2d(4, 6, 3, groups=2)", "torch.randn(2, 4, 9, 9)", "return self.conv(x)",
                        "conv2d (conv2d + bias)"),
+    # no padding, yet the last pixel's last tap on each axis is past the input: border masks
+    "conv2d_same_even_kernel": ("nn.Conv2d(3, 5, (2, 4), padding='same')", "torch.randn(2, 3, 7, 9)",
+                                "return self.conv(x)", "conv2d (conv2d + bias)"),
     "transpose1d_output_padded": ("nn.ConvTranspose1d(3, 5, 3, stride=2, padding=1, output_padding=1, dilation=2)",
                                   "torch.randn(2, 3, 9)", "return self.conv(x)",
                                   "conv_transpose1d (conv_transpose1d + bias)"),
@@ -100,6 +107,65 @@ def test_every_rank_grouping_and_transposition_passes_the_gate(tmp_path, name):
     found = instantiate(source)
     assert found is not None and found.edit.startswith(f"template: {what} as implicit GEMM"), found and found.edit
     assert_passes(gate(tmp_path, name, source, None, found.source))
+
+
+def test_a_pointwise_conv_starts_channels_first_and_passes_the_gate(tmp_path):
+    """A 1×1 convolution's seed reads the input as given (its K run, one channel a pixel, is
+    coalesced along the pixels), rather than paying for channels-last copies."""
+    source = conv_reference("nn.Conv2d(6, 5, 1)", forward="return self.conv(x) * 0.5", inputs="torch.randn(2, 6, 7, 9)")
+    found = instantiate(source)
+    assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias + mul)")
+    assert {t.name: t.current for t in parse_tunables(found.source)}["CHANNELS_LAST"] == 0
+    assert_passes(gate(tmp_path, "pointwise", source, None, found.source))
+
+
+def test_batchnorm_after_a_conv_reads_its_statistics_per_output_channel(tmp_path):
+    """BatchNorm in eval decomposes into ``self.bn.running_mean.view(-1, 1, 1)`` and its like:
+    per-channel vectors the epilogue reads once a column tile, not through ``_operand``'s flat
+    index (an integer division per element, and a warp's stores across channels: KernelBench
+    L2 #73 compiled for sm_90 to 246 divisions and scalar stores)."""
+    source = conv_reference("nn.Conv2d(3, 8, 3)", forward="return self.bn(self.conv(x)) * 2.0",
+                            extra_init="self.bn = nn.BatchNorm2d(8)\n")
+    found = instantiate(source)
+    assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias + sub")
+    assert "_operand(" not in found.source and "self.bn.running_var.view(-1, 1, 1).stride(-3)" in found.source
+    assert_passes(gate(tmp_path, "conv_batchnorm", source, None, found.source))
+
+
+def _taps_outside(ins, ks, strides, pads, dils, outs) -> bool:
+    """Whether some output pixel's tap reads outside the input, by visiting every one."""
+    axes = zip(ins, ks, strides, pads, dils, outs, strict=True)
+    return any(not 0 <= o * s - p + k * d < i for i, kk, s, p, d, oo in axes for o in range(oo) for k in range(kk))
+
+
+def test_border_masks_are_dropped_only_where_every_tap_reads_inside_the_input():
+    """``_inside`` (the generated kernel's ``BORDERS`` switch) against every tap of every pixel,
+    over geometries with and without padding, "same" padding with even kernels and strides that
+    leave the last input rows unread."""
+    scope = {"math": math, "torch": torch}
+    exec(GEOMETRY_HELPER + INSIDE_HELPER, scope)
+    rng, seen = random.Random(0), set()
+    for _ in range(400):
+        n = rng.choice([1, 2])
+        ks = tuple(rng.randint(1, 4) for _ in range(n))
+        ins = tuple(rng.randint(k + 2, 12) for k in ks)
+        if rng.random() < 0.25:
+            padding, stride, dil = "same", 1, tuple(rng.randint(1, 2) for _ in range(n))
+        else:
+            padding, stride, dil = (tuple(rng.choice([0, 0, 1]) for _ in range(n)),
+                                    tuple(rng.randint(1, 3) for _ in range(n)), 1)
+        x, w = torch.empty(1, 1, *ins), torch.empty(1, 1, *ks)
+        try:
+            g = scope["_geometry"](x, w, stride, padding, dil, 1)
+        except ValueError:
+            continue
+        if min(g[4 + n:4 + 2 * n]) < 1:
+            continue
+        outside = _taps_outside(g[4:4 + n], g[4 + 2 * n:4 + 3 * n], g[4 + 3 * n:4 + 4 * n], g[4 + 4 * n:4 + 5 * n],
+                                g[4 + 5 * n:4 + 6 * n], g[4 + n:4 + 2 * n])
+        assert scope["_inside"](g, n) is not outside, g
+        seen.add(outside)
+    assert seen == {True, False}
 
 
 def test_a_transposed_grouped_conv_with_operands_as_given_passes_the_gate(tmp_path):

@@ -8,6 +8,7 @@ anyway: a wrong match costs one rejected candidate, never a wrong answer.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -418,8 +419,9 @@ def match_mlp(g: Graph, init: list[Any], precision: str) -> Match | None:
 
 
 def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
-    """The traced shape of a node, or of a forward-side expression: an input's name, or a
-    parameter or buffer of the model (``self.conv.weight``)."""
+    """The traced shape of a node, or of a forward-side expression: an input's name, a
+    parameter or buffer of the model (``self.conv.weight``), or a view or cast of one
+    (``self.bn.running_mean.view(-1, 1, 1)``, as BatchNorm decomposes)."""
     if isinstance(value, fx.Node):
         return g.shape(value)
     if not isinstance(value, str):
@@ -431,8 +433,7 @@ def _tensor_shape(g: Graph, value: Any) -> tuple[int, ...] | None:
                 return tuple(get(name).shape)
             except AttributeError:
                 continue
-        return None
-    node = next((n for n in g.inputs if g.leaf(n) == value), None)
+    node = next((n for n in [*g.inputs, *g.leaves] if g.leaf(n) == value), None)
     return g.shape(node) if node is not None else None
 
 
@@ -488,7 +489,8 @@ def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
     channel = [_per_channel(_tensor_shape(g, t), out_shape) for t in chain.tensors]
     spec = conv.Conv(x, weight, bias, op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"],
                      chain, precision, channel, dims=op.attrs["dims"], groups=op.attrs["groups_expr"],
-                     transposed=op.attrs["transposed"], output_padding=op.attrs["output_padding"])
+                     transposed=op.attrs["transposed"], output_padding=op.attrs["output_padding"],
+                     taps=math.prod(w_shape[2:]))
     what = " + ".join([op.kind, *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
     if kernel == "direct":
         return Match(*depthwise.render(spec, g.signature, *init, what))

@@ -53,8 +53,12 @@ def seed(op: Conv) -> dict[str, int]:
     gathered element, and at ``BLOCK_K`` 32 spilled for sm_90 (KernelBench L1 #54 under Triton
     3.8: 255 registers, 64 B of stack; #72, transposed, under 3.6 with the gather over every tap
     that the phase decomposition replaced: 255 and 80 B); at 16 both fit (200 and 217
-    registers, no stack)."""
-    return {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 else TUNE_START
+    registers, no stack). A 1×1 convolution reads its input channels-first: its K run is one
+    channel per pixel, already coalesced along the pixels, and the channels-last copies cost
+    more than the kernel gains (KernelBench L1 #87 on an H100: 6.30 ms channels-first against
+    28.6 ms with the copies, cuDNN 9.18 ms; bench/port/results/2026-12-07-h100-s23)."""
+    start = {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 else TUNE_START
+    return {**start, "CHANNELS_LAST": 0} if op.taps == 1 else start
 
 
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]],
@@ -107,14 +111,15 @@ def _channels_last(t: torch.Tensor, dim: int) -> torch.Tensor:
 """
 
 
-NARROW_HELPER = """
+INSIDE_HELPER = """
 
-def _narrow(block: int, size: int) -> int:
-    \"\"\"``block`` cut to ``size`` rounded up to a power of two, at least 16 (the least a dot
-    takes): columns past the output channels (24 of them against a 64-wide tile), or a K step
-    past a group's input channels and taps (a 1×1 convolution of 16 channels), would be loaded
-    and multiplied only to be masked off.\"\"\"
-    return min(block, max(16, triton.next_power_of_2(size)))
+def _inside(g: tuple[int, ...], n: int) -> bool:
+    \"\"\"Whether every tap of every output pixel reads inside the input (``g`` as
+    ``_geometry`` returns it for a convolution): no padding, and the last pixel's last tap
+    within each axis. The kernel then needs no border masks.\"\"\"
+    ins, outs, ks, strides, pads, dils = (g[4 + j * n:4 + (j + 1) * n] for j in range(6))
+    return all(p == 0 and (o - 1) * s + (k - 1) * d < i
+               for i, o, k, s, p, d in zip(ins, outs, ks, strides, pads, dils))
 """
 
 
@@ -140,6 +145,7 @@ class Conv:
     groups: str = "1"
     transposed: bool = False
     output_padding: str | None = None
+    taps: int = 0               # kernel elements per input channel (KH·KW...), 0 when unknown
 
     @property
     def name(self) -> str:
@@ -194,10 +200,24 @@ def unflatten(index: str, names: list[str], sizes: list[str], last: bool) -> lis
     return lines
 
 
-def _gather(op: Conv, axes: tuple[str, ...]) -> list[str]:
-    """Per axis, the input coordinate a (row, k) pair reads and its mask: ``o·s − p + k·d`` for
-    a convolution; for a transposed one ``t + base − j·jump``, the phase's ``j``-th tap ``k``
-    (padding, borders and a phase's missing taps are load masks: no padded or dilated copy)."""
+def _address(op: Conv, axes: tuple[str, ...]) -> tuple[str, str]:
+    """The input offset a (row, k) pair reads, as a row part computed once per program and a
+    column part computed once per K step (``o·s − p + k·d`` is ``(o·s − p) + k·d`` on every
+    axis; a transposed one's ``t + base − j·jump`` likewise), so that an element's address is
+    one add instead of a product and sum over every axis."""
+    if op.transposed:
+        row = " + ".join(f"(t{a} + base_{a}) * sx{a}" for a in axes)
+        col = "".join(f" - j{a} * (jump_{a} * sx{a})" for a in axes)
+    else:
+        row = " + ".join(f"in_{a}0 * sx{a}" for a in axes)
+        col = "".join(f" + k{a} * (dil_{a} * sx{a})" for a in axes)
+    return f"x_row = nb * sxn + {row}", f"x_col = (g * C + ci) * sxc{col}"
+
+
+def _borders(op: Conv, axes: tuple[str, ...]) -> list[str]:
+    """Per axis, the mask of input coordinates inside the input: padding, borders and (for a
+    transposed convolution) a phase's missing taps are load masks, so no padded or dilated copy
+    exists. An unpadded convolution whose last tap stays inside needs none (``BORDERS``)."""
     lines = []
     for a in axes:
         if op.transposed:
@@ -207,7 +227,7 @@ def _gather(op: Conv, axes: tuple[str, ...]) -> list[str]:
         else:
             lines += [f"in_{a} = in_{a}0[:, None] + k{a}[None, :] * dil_{a}",
                       f"amask = amask & (in_{a} >= 0) & (in_{a} < {a.upper()})"]
-    return lines
+    return lines if op.transposed else ["if BORDERS:", *(f"    {line}" for line in lines)]
 
 
 def _phase(axes: tuple[str, ...]) -> list[str]:
@@ -252,19 +272,22 @@ def kernel(op: Conv) -> str:
         rows = _phase(axes)
         pixel = " + ".join(f"o{a}" + "".join(f" * O{b.upper()}" for b in axes[i + 1:]) for i, a in enumerate(axes))
     else:
-        rows = [f"M = NB * {' * '.join(out_sizes)}", "rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)"]
-        rows += unflatten("rm", [f"o{a}" for a in inner] + ["nb"], [*out_sizes, "NB"], last=True)
+        rows = [f"P = tl.multiple_of({' * '.join(out_sizes)}, RUN)", "M = NB * P",
+                "rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)", "nb = rm // P", "pixel = rm % P"]
+        rows += unflatten("pixel", [f"o{a}" for a in inner], out_sizes, last=True)
         rows += [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes] + ["row_ok = rm < M"]
-        pixel = f"rm % ({' * '.join(out_sizes)})"
+        pixel = "pixel"
+    x_row, x_col = _address(op, axes)
+    rows.append(x_row)
     k_inner = unflatten("kk", ["ci"] + [f"{tap}{a}" for a in inner], ["C", *k_sizes], last=True)
     k_outer = unflatten("kk", [f"{tap}{a}" for a in inner] + ["ci"], [*k_sizes, "C"], last=True)
-    x_off = " + ".join(f"in_{a} * sx{a}" for a in axes)
     w_off = " + ".join(f"k{a}[:, None] * sw{a}" for a in axes)
     w_co, w_ci = ("rn", "(g * C + ci)") if op.transposed else ("(g * N + rn)", "ci")
-    pixels = " * ".join(out_sizes)
+    pixels = "P" if not op.transposed else " * ".join(out_sizes)
     w_mask = "".join(f" & (k{a}[:, None] < K{a.upper()})" for a in axes) if op.transposed else ""
     body = indent(op.epilogue.lines, 4)
     pixel_names, tap_names = ", ".join(f"o{a}" for a in axes), ", ".join(f"k{a}" for a in axes)
+    borders = "" if op.transposed else ", BORDERS: tl.constexpr, RUN: tl.constexpr"
     strides = ", ".join([*(f"sx{a}" for a in axes)])
     wstrides = ", ".join([*(f"sw{a}" for a in axes)])
     return f"""
@@ -273,7 +296,7 @@ def kernel(op: Conv) -> str:
 def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, {wstrides}, sbn,
                   NB, C, N, G, {_params(axes, op.transposed)}{kernel_args(op)},
                   HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, CHANNELS_INNER: tl.constexpr):
+                  BLOCK_K: tl.constexpr, CHANNELS_INNER: tl.constexpr{borders}):
     # GEMM view, one group a program column: rows are output pixels (n, {pixel_names}),
     # columns the group's output channels, K its input channels and taps: (ci, {tap_names}),
     # or (k..., ci) when the operands are channels-last (a K run is then contiguous memory)
@@ -286,9 +309,9 @@ def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, 
         kk = k * BLOCK_K + rk
         if CHANNELS_INNER:
 {indent(k_inner, 12)}        else:
-{indent(k_outer, 12)}        amask = row_ok[:, None] & (kk[None, :] < K)
-{indent(_gather(op, axes), 8)}        a = tl.load(x_ptr + nb[:, None] * sxn + (g * C + ci)[None, :] * sxc + {x_off},
-                    mask=amask, other=0.0)
+{indent(k_outer, 12)}        {x_col}
+        amask = row_ok[:, None] & (kk[None, :] < K)
+{indent(_borders(op, axes), 8)}        a = tl.load(x_ptr + x_row[:, None] + x_col[None, :], mask=amask, other=0.0)
         b = tl.load(w_ptr + {w_co}[None, :] * swo + {w_ci}[:, None] * swc + {w_off},
                     mask=(kk[:, None] < K) & (rn[None, :] < N){w_mask}, other=0.0)
         acc += _dot(a, b, "{op.precision}")
@@ -311,6 +334,7 @@ def forward(op: Conv, signature: str) -> str:
     wc = 0 if op.transposed else 1
     extra = f", {op.output_padding}" if op.transposed else ""
     n = op.dims
+    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=math.gcd(math.prod(_pix), BLOCK_M)"
     rows_grid = (f"math.prod(_g[{4 + 3 * n}:{4 + 4 * n}]) * triton.cdiv(_g[0] * math.prod("
                  f"-(-o // s) for o, s in zip(_pix, _g[{4 + 3 * n}:{4 + 4 * n}])), BLOCK_M)"
                  if op.transposed else "triton.cdiv(_g[0] * math.prod(_pix), BLOCK_M)")
@@ -322,13 +346,13 @@ def forward(self, {signature}):
     _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation}, {op.groups}{extra})
     _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]
     _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
-    _bn, _bk = _narrow(BLOCK_N, _g[2]), _narrow(BLOCK_K, _g[1] * math.prod(_w.shape[2:]))
+    _bn, _bk = _tile(BLOCK_N, _g[2]), _tile(BLOCK_K, _g[1] * math.prod(_w.shape[2:]))
     _grid = ({rows_grid}, triton.cdiv(_g[2], _bn), _g[3])
     _sw = _w.stride()
     {op.name}_kernel[_grid](_x, _w, {bias}, _y, *_x.stride(), _sw[{1 - wc}], _sw[{wc}], *_sw[2:], {bias}.stride(0),
                          *_g{call_args(op)},
                          HAS_BIAS={op.bias is not None}, BLOCK_M=BLOCK_M, BLOCK_N=_bn,
-                         BLOCK_K=_bk, CHANNELS_INNER=bool(CHANNELS_LAST), num_warps=num_warps,
+                         BLOCK_K=_bk, CHANNELS_INNER=bool(CHANNELS_LAST){borders}, num_warps=num_warps,
                          num_stages=num_stages)
     return _y
 """
@@ -339,6 +363,7 @@ def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -
     source = (common.header(f"Template: {op.name} as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
               + common.tunables(TUNE_VALUES, seed(op), common.resources(RESOURCES, op.precision))
-              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + NARROW_HELPER + helper
+              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + ("" if op.transposed else INSIDE_HELPER)
+              + common.TILE_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {op.name} ({what}) as implicit GEMM with fused epilogue"
