@@ -84,8 +84,11 @@ def operand_index(i: int, index: str) -> str:
 
 
 def operand_params(i: int) -> str:
-    """Operand ``i``'s kernel parameters for ``_operand``'s three values."""
-    return f"t{i}_ptr, t{i}_n, t{i}_d"
+    """Operand ``i``'s kernel parameters for ``_operand``'s three values. ``n`` and ``d`` are
+    compile-time constants, so that ``k // d % n`` compiles to multiplies and shifts rather than
+    two integer divisions an element (KernelBench L1 #33's BatchNorm reads four per-channel
+    vectors: eight divisions an element made a copy-rate kernel compute-bound)."""
+    return f"t{i}_ptr, t{i}_n: tl.constexpr, t{i}_d: tl.constexpr"
 
 
 @dataclass
@@ -141,6 +144,17 @@ def header(doc: str, imports: list[str]) -> str:
             "import torch.nn.functional as F", "import triton", "import triton.language as tl"]
     extra = [i for i in imports if i not in base]
     return f'"""{doc}"""\n\n' + "\n".join(base + extra) + "\n"
+
+
+TILE_HELPER = '''
+
+def _tile(limit: int, extent: int) -> int:
+    """A tile side no larger than needed: ``limit`` cut to ``extent`` rounded up to a power of
+    two, at least 16 (the least a dot takes). A 1-column product does not run 256-wide tiles,
+    nor 24 output channels 64-wide ones, nor a K of 32 (or a 1×1 convolution of 16 channels)
+    64-deep steps: the rest would be loaded and multiplied only to be masked off."""
+    return min(limit, max(16, triton.next_power_of_2(extent)))
+'''
 
 
 DOT_HELPER = '''

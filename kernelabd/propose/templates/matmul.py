@@ -198,11 +198,6 @@ def _split_k(tiles: int, k_tiles: int, programs: int) -> int:
     return max(1, min(programs // tiles, k_tiles // 4))
 
 
-def _tile(limit: int, extent: int) -> int:
-    """A tile side no larger than needed: a 1-column product does not run 256-wide tiles."""
-    return min(limit, max(16, triton.next_power_of_2(extent)))
-
-
 def _plan(a: torch.Tensor, bs: list, M: int, N: int, K: int, block_n: int,
           splits: bool = True, batch: int = 1) -> tuple[tuple[int, int], int, dict]:
     """(grid, K slices, constexprs) of a product of ``a`` with each ``(b, sbk, sbn)`` of ``bs``
@@ -555,7 +550,8 @@ def _matmul_source(op: Matmul, doc: str, imports: list[str], values: dict[str, l
     starts = [{**s, **extra_values} for s in configurations(op)]
     return (common.header(doc, imports) + common.tunables(values, starts[0], common.resources(RESOURCES, op.precision))
             + f"STARTS = {starts!r}\n" + extra
-            + helper + PACK_HELPER + common.SMS_HELPER + common.SCRATCH_HELPER + PLAN_HELPER + common.DOT_HELPER
+            + helper + PACK_HELPER + common.SMS_HELPER + common.SCRATCH_HELPER + common.TILE_HELPER + PLAN_HELPER
+            + common.DOT_HELPER
             + LAUNCH_HELPER
             + matmul_kernel("matmul_kernel", op.epilogue, op.precision) + splitk_kernel(op.epilogue)
             + kernels + model)
@@ -639,7 +635,8 @@ def render_mlp(op: GatedMLP, signature: str, imports: list[str], init: str) -> t
                             imports)
               + common.tunables(MLP_VALUES, seed, common.resources(MLP_RESOURCES, op.precision))
               + f"STARTS = {starts!r}\n"
-              + PACK_HELPER + common.SMS_HELPER + common.SCRATCH_HELPER + PLAN_HELPER + common.DOT_HELPER
+              + PACK_HELPER + common.SMS_HELPER + common.SCRATCH_HELPER + common.TILE_HELPER + PLAN_HELPER
+              + common.DOT_HELPER
               + LAUNCH_HELPER
               + gate_up_kernel(op.precision)
               + matmul_kernel("matmul_kernel", common.Chain(), op.precision) + splitk_kernel(common.Chain())
