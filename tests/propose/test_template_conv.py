@@ -8,8 +8,11 @@ are tiny: the interpreter runs every program in Python."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,6 +133,51 @@ def test_batchnorm_after_a_conv_reads_its_statistics_per_output_channel(tmp_path
     assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias + sub")
     assert "_operand(" not in found.source and "self.bn.running_var.view(-1, 1, 1).stride(-3)" in found.source
     assert_passes(gate(tmp_path, "conv_batchnorm", source, None, found.source))
+
+
+CONV_BN_SIZED = """import torch
+import torch.nn as nn
+
+H = 10
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(2, 3, H, H)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_output_whose_sides_are_not_multiples_of_16_is_stored_in_vectors_on_sm90(tmp_path):
+    """Compiled for sm_90 without a GPU at 30×30 (a 28×28 output: 784 pixels an image, a
+    multiple of 16 whose sides are not), the store runs along the pixels in 16-byte vectors
+    (``RUN``): before, Triton saw no contiguity, and a warp stored one channel's pixel apart
+    from the next 4 bytes at a time (``STG.32``)."""
+    ref, cand = tmp_path / "cbn.py", tmp_path / "cbn.new.py"
+    ref.write_text(CONV_BN_SIZED)
+    (tmp_path / "cbn.toml").write_text("[sizes.cuda]\nH = 30\n")
+    found = instantiate(CONV_BN_SIZED)
+    assert found is not None
+    cand.write_text(found.source)
+    run = subprocess.run([sys.executable, "-m", "kernelabd", "fingerprint", str(cand), "--arch", "sm_90", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (kernel,) = json.loads(run.stdout)["kernels"]
+    stores = {name: n for name, n in kernel["instructions"].items() if name.startswith("STG")}
+    assert stores.get("STG.128", 0) > 0 and "STG.32" not in stores, stores
+    assert kernel["spills"] == 0
 
 
 def _taps_outside(ins, ks, strides, pads, dils, outs) -> bool:
