@@ -415,8 +415,9 @@ class Session:
         ref = self.ref
         state, slots = self.copies([t for shape in ref.state_slots for t in shared.views(ref.state, shape)])
         it = iter(slots)
-        shapes = [{"init_inputs": s["init_inputs"], "state_keys": s["state_keys"],
-                   "state": [next(it).to_json() for _ in s["state_keys"]]} for s in ref.shapes]
+        shapes = [{"init_inputs": s["init_inputs"], "state_keys": s["state_keys"], "constants": constants,
+                   "state": [next(it).to_json() for _ in s["state_keys"]]}
+                  for s, constants in zip(ref.shapes, gate_shapes(self.problem.sidecar, self.device), strict=True)]
         arenas, entries = [state], []
         if timing:
             copies, entries = self.timing_copies()

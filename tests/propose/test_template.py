@@ -172,6 +172,16 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
               "self.w2 = nn.Linear(hidden, dim, bias=False, dtype=torch.bfloat16)\n"),
         init_args=", dim: int, hidden: int", inputs="torch.randn(37, 48, dtype=torch.bfloat16)",
         init_values="48, 80"), None, "gated MLP"),
+    # a constructor sized by module constants, one made from another, and a gate shape that
+    # changes them: the candidate copies the constants, and the harness sets each shape's
+    "linear_sized_by_module_constants": (
+        "import torch\nimport torch.nn as nn\n\nfeatures = 40\nhidden = features + 8\n\n\n"
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(features, hidden)\n\n"
+        "    def forward(self, x):\n        return torch.relu(self.fc(x))\n\n\nbatch = 19\n\n\n"
+        "def get_inputs():\n    return [torch.randn(batch, features)]\n\n\n"
+        "def get_init_inputs():\n    return []\n",
+        "[[extra_shapes]]\nfeatures = 24\nbatch = 7\n", "linear + bias + relu"),
 }
 EXAMPLE_NAMES = ["softmax", "layernorm", "gelu_gate", "matmul"]
 

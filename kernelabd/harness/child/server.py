@@ -295,7 +295,10 @@ class Harness:
 
     # ----- reference ---------------------------------------------------------------------
     def use_shape(self, idx: int) -> None:
-        assert self.module is not None
+        """Set shape ``idx``'s module constants; a peer, whose constants were set once at load
+        (it is timed at one shape and never gated), has no module kept."""
+        if self.module is None:
+            return
         for key, value in {**self.defaults, **self.shapes[idx]}.items():
             setattr(self.module, key, value)
 
@@ -515,8 +518,15 @@ class Harness:
         if not arenas:
             raise Refused("protocol", "load_candidate needs the reference's state arena")
         state, timing = arenas[0], arenas[1] if len(arenas) > 1 else None
+        # The shape's module constants, as the reference had them, where the candidate defines
+        # them too: a copied constructor or forward that reads ``batch_size`` sees the shape's.
+        self.module = module
+        self.shapes = [{k: v for k, v in shape.get("constants", {}).items() if hasattr(module, k)}
+                       for shape in msg["shapes"]]
+        self.defaults = {k: getattr(module, k) for consts in self.shapes for k in consts}
         try:
-            for shape in msg["shapes"]:
+            for idx, shape in enumerate(msg["shapes"]):
+                self.use_shape(idx)
                 model = on_device(self.device, None, lambda shape=shape: module.ModelNew(*shape["init_inputs"]))
                 sd = {k: state.tensor(shared.Slot.from_json(s, state.nbytes))
                       for k, s in zip(shape["state_keys"], shape["state"], strict=True)}
@@ -600,6 +610,7 @@ class Harness:
         launches_before = sum(self.launches.kernels.values())
         if self.device != "cpu":
             self.launches.caller_stream = torch.cuda.current_stream()
+        self.use_shape(shape)
         slots: list[shared.Slot] | None = None
         try:
             # The autograd profiler, not ``torch.profiler.profile``: the same dispatcher hooks and
@@ -693,6 +704,7 @@ class Harness:
         """Work buffers (what the model reads while timed) and the perturbation noise, made
         again whenever a comparison brings new seeds."""
         seeds = (int(msg["perturb_seed"]), int(msg["fp_seed"]))
+        self.use_shape(0)                           # timed at the first shape's sizes
         if self.seeds == seeds:
             return
         self.graphs, self.graph_reps, self.work, self.weights = None, 1, [], {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import symtable
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,17 +222,49 @@ def _lines(source: str, node: ast.stmt) -> str:
     return "\n".join(source.splitlines()[first - 1:node.end_lineno])
 
 
+def _globals_read(table: symtable.SymbolTable) -> set[str]:
+    """The module-level names the code under ``table`` reads, nested scopes included."""
+    names = {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
+    for child in table.get_children():
+        names |= _globals_read(child)
+    return names
+
+
+def _assigned(node: ast.stmt) -> set[str]:
+    """The names a module-level assignment binds."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _constants_read(source: str, tree: ast.Module) -> list[ast.stmt]:
+    """The module-level assignments the copied classes and functions read (a ``batch_size``
+    the constructor sizes a buffer with, a ``to_2tuple = _ntuple(2)`` helper), and those their
+    values read in turn: without them the candidate's constructor raises NameError."""
+    tables = {t.get_name(): t for t in symtable.symtable(source, "<reference>", "exec").get_children()}
+    wanted = set().union(*(_globals_read(t) for name, t in tables.items()
+                           if name not in REFERENCE_ONLY or name == "Model"))
+    assignments = [n for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None]
+    kept: list[ast.stmt] = []
+    while True:
+        more = [n for n in assignments if n not in kept and _assigned(n) & wanted]
+        if not more:
+            return sorted(kept, key=lambda n: n.lineno)
+        kept += more
+        wanted |= {x.id for n in more for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+
+
 def reference_parts(source: str) -> tuple[list[str], str] | None:
     """The reference's import lines and module-level classes and functions (a ``BasicBlock``
-    its constructor builds), and the source of ``Model.__init__`` with ``Model``'s class
-    attributes (a ResNet block's ``expansion``) and other methods but ``forward`` (a
-    ``_make_stage`` it calls): the candidate's constructor must build the same modules,
-    parameters and all. None without an undecorated ``__init__``."""
+    its constructor builds) with the module-level constants they read, and the source of
+    ``Model.__init__`` with ``Model``'s class attributes (a ResNet block's ``expansion``) and
+    other methods but ``forward`` (a ``_make_stage`` it calls): the candidate's constructor must
+    build the same modules, parameters and all. None without an undecorated ``__init__``."""
     tree = parse(source)
     imports = [ast.get_source_segment(source, n) or "" for n in tree.body
                if isinstance(n, ast.Import | ast.ImportFrom)]
-    helpers = [_lines(source, n) for n in tree.body
-               if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name not in REFERENCE_ONLY]
+    copied = [n for n in tree.body
+              if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name not in REFERENCE_ONLY]
+    helpers = [_lines(source, n) for n in sorted([*copied, *_constants_read(source, tree)], key=lambda n: n.lineno)]
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Model":
             init = next((item for item in node.body if isinstance(item, ast.FunctionDef)
