@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kernelabd.propose.template.proposer import instantiate
-from kernelabd.propose.templates.conv import GEOMETRY_HELPER, INSIDE_HELPER
+from kernelabd.propose.templates.conv import GEOMETRY_HELPER, INSIDE_HELPER, ROWS_HELPER
 from kernelabd.propose.tune import apply_edit, parse_tunables
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import reference, sidecar_of
@@ -178,6 +178,55 @@ def test_an_output_whose_sides_are_not_multiples_of_16_is_stored_in_vectors_on_s
     stores = {name: n for name, n in kernel["instructions"].items() if name.startswith("STG")}
     assert stores.get("STG.128", 0) > 0 and "STG.32" not in stores, stores
     assert kernel["spills"] == 0
+
+
+CONV_ODD = CONV_BN_SIZED.replace("H = 10", "H = 13").replace("self.bn(self.conv(x)) * 2.0", "torch.relu(self.conv(x))")
+"""A 13×13 input: an 11×11 output, 121 pixels an image, odd."""
+
+STORE_LAYOUT = """
+import os, re, sys, importlib.util
+os.environ.pop("TRITON_INTERPRET", None)
+import torch
+from kernelabd.fingerprint.build import TritonCompileOnly, use_target
+use_target("sm_90")
+spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+with TritonCompileOnly() as compiled:
+    module.ModelNew()(torch.randn(3, 3, 13, 13))
+(kernel, _), = compiled.kernels
+ir = kernel.asm["ttgir"]
+(layout,) = re.findall(r"tt\\.store .*#(blocked\\d*)>", ir)
+print(re.search(rf"#{layout} = .*threadsPerWarp = \\[(\\d+), (\\d+)\\]", ir).groups())
+"""
+"""Compiles the candidate at ``argv[1]`` for sm_90 (no GPU) and prints its store's threads a
+warp along (pixels, channels), read off the TTGIR."""
+
+
+def test_an_odd_pixel_count_takes_one_image_a_program_and_stores_along_the_pixels(tmp_path):
+    """121 pixels an image: no power of two divides it, so a flat row index leaves Triton no
+    proof that a tile's pixels are contiguous, and the compiled store put 16 of a warp's
+    threads on 16 channels (16 segments a store). One image a program (``PER_IMAGE``) puts the
+    warp's 32 threads on 32 consecutive pixels; a 7×7 extra shape (49 pixels, most of a tile
+    idle) stays flat, and both pass the gate."""
+    found = instantiate(CONV_ODD)
+    assert found is not None and "PER_IMAGE=_per" in found.source
+    assert_passes(gate(tmp_path, "conv_odd", CONV_ODD, "[[extra_shapes]]\nH = 9\n", found.source))
+    cand = tmp_path / "conv_odd.new.py"
+    run = subprocess.run([sys.executable, "-c", STORE_LAYOUT, str(cand)], capture_output=True, text=True,
+                         timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["('32',", "'1')"], run.stdout
+
+
+def test_rows_tile_each_image_only_where_a_flat_index_hides_the_pixels_and_little_idles():
+    scope = {"math": math, "triton": __import__("triton")}
+    exec(ROWS_HELPER, scope)
+    rows = scope["_rows"]
+    assert rows(3, 121, 128) == (3, 1, True)            # 7 of 128 rows idle
+    assert rows(3, 49, 128) == (2, 1, False)            # 79 of 128 idle: flat
+    assert rows(2, 900, 128) == (15, 4, False)          # 4 divides it: RUN says so
+    assert rows(16, 3025, 128) == (16 * 24, 1, True)    # AlexNet's 55×55
 
 
 def _taps_outside(ins, outs, ks, strides, pads, dils) -> bool:

@@ -122,6 +122,22 @@ def _inside(g: tuple[int, ...], n: int) -> bool:
                for i, o, k, s, p, d in zip(ins, outs, ks, strides, pads, dils))
 """
 
+PER_IMAGE_WASTE = 0.25
+"""The share of idle rows a one-image-a-program tiling may leave (``_rows``)."""
+
+ROWS_HELPER = f"""
+
+def _rows(nb: int, p: int, block_m: int) -> tuple[int, int, bool]:
+    \"\"\"The grid's row programs, ``RUN`` and ``PER_IMAGE`` for ``nb`` images of ``p`` output
+    pixels. A tile's pixels are contiguous in the output, and the store runs along them, only
+    where Triton can prove it: ``RUN`` (the power of two dividing ``p``) says so of a flat row
+    index; an odd ``p`` has none, so there each program takes one image's pixels instead
+    (``PER_IMAGE``), unless that leaves more than a {PER_IMAGE_WASTE} share of its rows idle.\"\"\"
+    run, tiles = math.gcd(p, block_m), triton.cdiv(p, block_m)
+    per_image = run == 1 and tiles * block_m <= (1 + {PER_IMAGE_WASTE}) * p
+    return (nb * tiles if per_image else triton.cdiv(nb * p, block_m)), run, per_image
+"""
+
 
 @dataclass
 class Conv:
@@ -272,10 +288,19 @@ def kernel(op: Conv) -> str:
         rows = _phase(axes)
         pixel = " + ".join(f"o{a}" + "".join(f" * O{b.upper()}" for b in axes[i + 1:]) for i, a in enumerate(axes))
     else:
-        rows = [f"P = tl.multiple_of({' * '.join(out_sizes)}, RUN)", "M = NB * P",
-                "rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)", "nb = rm // P", "pixel = rm % P"]
+        rows = [f"P = tl.multiple_of({' * '.join(out_sizes)}, RUN)",
+                "if PER_IMAGE:      # one image's pixels a program: contiguous, whatever P is",
+                "    tiles = tl.cdiv(P, BLOCK_M)",
+                "    pixel = (tl.program_id(0) % tiles) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                "    nb = tl.program_id(0) // tiles + tl.zeros((BLOCK_M,), dtype=tl.int32)",
+                "    row_ok = pixel < P",
+                "else:",
+                "    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)",
+                "    nb = rm // P",
+                "    pixel = rm % P",
+                "    row_ok = rm < NB * P"]
         rows += unflatten("pixel", [f"o{a}" for a in inner], out_sizes, last=True)
-        rows += [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes] + ["row_ok = rm < M"]
+        rows += [f"in_{a}0 = o{a} * stride_{a} - pad_{a}" for a in axes]
         pixel = "pixel"
     x_row, x_col = _address(op, axes)
     rows.append(x_row)
@@ -287,7 +312,7 @@ def kernel(op: Conv) -> str:
     w_mask = "".join(f" & (k{a}[:, None] < K{a.upper()})" for a in axes) if op.transposed else ""
     body = indent(op.epilogue.lines, 4)
     pixel_names, tap_names = ", ".join(f"o{a}" for a in axes), ", ".join(f"k{a}" for a in axes)
-    borders = "" if op.transposed else ", BORDERS: tl.constexpr, RUN: tl.constexpr"
+    borders = "" if op.transposed else ", BORDERS: tl.constexpr, RUN: tl.constexpr, PER_IMAGE: tl.constexpr"
     strides = ", ".join([*(f"sx{a}" for a in axes)])
     wstrides = ", ".join([*(f"sw{a}" for a in axes)])
     return f"""
@@ -334,17 +359,18 @@ def forward(op: Conv, signature: str) -> str:
     wc = 0 if op.transposed else 1
     extra = f", {op.output_padding}" if op.transposed else ""
     n = op.dims
-    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=math.gcd(math.prod(_pix), BLOCK_M)"
+    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per"
     rows_grid = (f"math.prod(_g[{4 + 3 * n}:{4 + 4 * n}]) * triton.cdiv(_g[0] * math.prod("
                  f"-(-o // s) for o, s in zip(_pix, _g[{4 + 3 * n}:{4 + 4 * n}])), BLOCK_M)"
-                 if op.transposed else "triton.cdiv(_g[0] * math.prod(_pix), BLOCK_M)")
+                 if op.transposed else "_m")
+    rows = "" if op.transposed else "\n    _m, _run, _per = _rows(_g[0], math.prod(_pix), BLOCK_M)"
     return f"""
 def forward(self, {signature}):
     _x, _w = {op.x}, {op.weight}
     if CHANNELS_LAST:
         _x, _w = _channels_last(_x, 1), _channels_last(_w, {wc})
     _g = _geometry(_x, _w, {op.stride}, {op.padding}, {op.dilation}, {op.groups}{extra})
-    _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]
+    _pix = _g[4 + {op.dims}:4 + {2 * op.dims}]{rows}
     _y = torch.empty((_g[0], _g[2] * _g[3], *_pix), device=_x.device, dtype=_x.dtype)
     _bn, _bk = _tile(BLOCK_N, _g[2]), _tile(BLOCK_K, _g[1] * math.prod(_w.shape[2:]))
     _grid = ({rows_grid}, triton.cdiv(_g[2], _bn), _g[3])
@@ -363,7 +389,8 @@ def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -
     source = (common.header(f"Template: {op.name} as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
               + common.tunables(TUNE_VALUES, seed(op), common.resources(RESOURCES, op.precision))
-              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER + ("" if op.transposed else INSIDE_HELPER)
+              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER
+              + ("" if op.transposed else INSIDE_HELPER + ROWS_HELPER)
               + common.TILE_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {op.name} ({what}) as implicit GEMM with fused epilogue"
