@@ -144,10 +144,14 @@ def test_split_rows_pass_the_real_gate(tmp_path, name):
     ("return x.mean(dim=-1, keepdim=True)", [40, 37], [{}, {"TILE": 512}, {"SPLIT": 3, "TILE": 16}]),
     ("return torch.max(x, dim=0)[0]", [97, 3, 4], [{}, {"SPLIT": 5, "TILE": 256}, {"SPLIT": 1}]),
     ("return x.mean(dim=0)", [600, 2, 9], [{}, {"SPLIT": 1}]),
+    ("return torch.logsumexp(x, dim=0)", [64, 300], [{"SPLIT": 5, "TILE": 64}]),
+    ("return torch.sum(x * x)", [70, 33], [{}, {"SPLIT": 32, "TILE": 64}]),
 ])
 def test_reductions_whole_or_split(tmp_path, forward, shape, settings):
     """sum over a middle dim (odd, unaligned columns), a mean of narrow rows (several a tile),
-    max and mean over a long leading dim with few outputs (R split, partials combined)."""
+    max and mean over a long leading dim with few outputs (R split, partials combined); a
+    logsumexp's partials combined two splits a step over 300 outputs (three steps, the last
+    half masked), and a sum over every element to one value, its partials read in one tile."""
     source = reference(f"def forward(self, x):\n    {forward}\n", inputs=f"torch.randn({shape})")
     runs = sweep(tmp_path, source, [], [shape], settings)
     assert_accurate(runs)
