@@ -172,6 +172,13 @@ REFERENCES: dict[str, tuple[str, str | None, str]] = {
               "self.w2 = nn.Linear(hidden, dim, bias=False, dtype=torch.bfloat16)\n"),
         init_args=", dim: int, hidden: int", inputs="torch.randn(37, 48, dtype=torch.bfloat16)",
         init_values="48, 80"), None, "gated MLP"),
+    # x / ‖x‖ along a dim: the row kernel, one read of each slice, not a sum and then a division
+    "l2_normalise": (reference(
+        "def forward(self, x):\n    return x / torch.norm(x, p=2, dim=1, keepdim=True)\n",
+        inputs="torch.randn(7, 300)"), None, "L2 normalisation (fused"),
+    "l2_normalise_eps_middle_dim": (reference(
+        "def forward(self, x):\n    return x * torch.rsqrt((x * x).sum(1, keepdim=True) + 1e-6)\n",
+        inputs="torch.randn(3, 50, 6)"), None, "L2 normalisation (fused"),
     # a constructor sized by module constants, one made from another, and a gate shape that
     # changes them: the candidate copies the constants, and the harness sets each shape's
     "linear_sized_by_module_constants": (

@@ -78,15 +78,16 @@ REFERENCES: dict[str, tuple[str, str]] = {
         init="self.conv = nn.Conv2d(3, 8, 3)\nself.bn = nn.BatchNorm2d(8)\n",
         inputs="torch.randn(2, 3, 9, 11)"), "conv2d"),
     # vector norms are the reductions they compute: KernelBench L1 #39's and #37's forms, F.normalize
+    # (a norm over one dim, then a division by it, is a row kernel)
     "l2_normalised_over_dim1": (reference(
         "def forward(self, x):\n    return x / torch.norm(x, p=2, dim=1, keepdim=True)\n",
-        inputs="torch.randn(6, 70, 3)"), "sum over dim 1 of an elementwise prologue (mul)"),
+        inputs="torch.randn(6, 70, 3)"), "L2 normalisation (fused"),
     "frobenius_normalised": (reference(
         "def forward(self, x):\n    return x / torch.norm(x, p='fro')\n",
         inputs="torch.randn(3, 5, 40)"), "elementwise chain of 2 ops (sqrt → div)"),
     "f_normalize": (reference(
         "def forward(self, x):\n    return F.normalize(x, dim=-1)\n", inputs="torch.randn(4, 7, 33)"),
-        "elementwise chain of 3 ops (sqrt → clamp_min → div)"),
+        "L2 normalisation (F.normalize) (fused"),
     "max_norm_normalised": (reference(
         "def forward(self, x):\n    return x / torch.linalg.vector_norm(x, float('inf'), -1, True)\n",
         inputs="torch.randn(4, 7, 33)"), "max over dim -1 of an elementwise prologue (abs)"),

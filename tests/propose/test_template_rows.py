@@ -126,6 +126,8 @@ WIDE = {
                               inputs="torch.randn(3, 20001)"),
     "layer_norm_wide": reference("def forward(self, x):\n    return self.ln(x)\n",
                                  init="self.ln = nn.LayerNorm((3, 40, 150))\n", inputs="torch.randn(2, 3, 40, 150)"),
+    "l2_norm_wide": reference("def forward(self, x):\n    return x / x.norm(dim=-1, keepdim=True)\n",
+                              inputs="torch.randn(2, 20001)"),
     "mean_dim0_split": reference("def forward(self, x):\n    return x.mean(dim=0)\n", inputs="torch.randn(6000, 2, 9)"),
 }
 

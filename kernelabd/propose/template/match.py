@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,16 +117,31 @@ def match_rowwise(g: Graph, init: list[Any]) -> Match | None:
     return Match(*rowwise.render(spec, g.signature, *init, tuple(o.kind for o in g.ops[:-1])))
 
 
-RMS_KINDS = {"square", "mul", "mean", "add", "rsqrt", "sqrt", "div", "round_bf16", "round_fp16"}
+RMS_KINDS = {"square", "mul", "mean", "sum", "add", "clamp_min", "rsqrt", "sqrt", "div", "round_bf16", "round_fp16"}
 """What written RMSNorm is made of after its input (and its prologue): the statistics, the
 scaling, and the casts back to the input's dtype that Llama's code writes (``.to(input_dtype)``)."""
+
+
+ROW_NORMS: dict[tuple[str, str], str | None] = {
+    ("mean", "add"): "rms_norm", ("sum", "add"): "l2_norm", ("sum", "clamp_min"): "normalize",
+    ("mean", "clamp_min"): None}
+"""The row kernel of a statistic (the mean or the sum of squares) and how eps keeps it from
+zero (added under the root, or a floor under the norm, as ``F.normalize`` has it)."""
+NORM_FORMULAS: dict[str, Callable[[torch.Tensor, int, float], torch.Tensor]] = {
+    "rms_norm": lambda h, dim, eps: h * torch.rsqrt(h.pow(2).mean(dim, keepdim=True) + eps),
+    "l2_norm": lambda h, dim, eps: h * torch.rsqrt(h.pow(2).sum(dim, keepdim=True) + eps),
+    "normalize": lambda h, dim, eps: h / h.pow(2).sum(dim, keepdim=True).sqrt().clamp_min(eps)}
+"""What each of them computes, in float64, to confirm a graph against."""
 
 
 def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     """RMSNorm as common code writes it (``x * rsqrt(mean(x², d, keepdim) + eps) * w`` and its
     variants, with or without fp32 casts and the cast back, Hugging Face's ``LlamaRMSNorm``),
-    of an input or of an elementwise prologue (``x + residual``), recognised by its parts and
-    confirmed by evaluating the graph against the formula on random inputs."""
+    and with a sum for the mean an L2 normalisation (``x / torch.norm(x, dim=1, keepdim=True)``
+    once vector norms are decomposed; ``F.normalize``, whose eps is a floor), of an input or of an elementwise prologue
+    (``x + residual``), recognised by its parts and confirmed by evaluating the graph against
+    the formula on random inputs. A row kernel reads a slice once from memory (a wide one a
+    second time from L2), where a reduction and then an elementwise stage read it twice."""
     squares = [op for op in g.ops if op.kind == "square"]
     if len(squares) == 1:
         start, x = _rms_input(g, squares[0]), g.resolve(g.strip(squares[0].args[0]))
@@ -136,24 +152,25 @@ def match_rms_written(g: Graph, init: list[Any]) -> Match | None:
     if start is None:
         return None
     head, body = g.ops[:start], g.ops[start:]
-    means = [op for op in body if op.kind == "mean" and op.attrs["keepdim"]]
-    if len(means) != 1 or not {op.kind for op in body} <= RMS_KINDS:
+    stats = [op for op in body if op.kind in ("mean", "sum")]
+    if len(stats) != 1 or not stats[0].attrs["keepdim"] or not {op.kind for op in body} <= RMS_KINDS:
         return None
-    adds = [op for op in body if op.kind == "add" and any(g.scalar(a) for a in op.args)]
+    floors = [op for op in body if op.kind in ("add", "clamp_min") and any(g.scalar(a) for a in op.args)]
     weights = {g.strip(a) for op in body for a in op.args
                if isinstance(g.strip(a), fx.Node) and g.strip(a).op == "get_attr"}
-    shape, dim = g.shape(x), means[0].attrs["dim"]
-    if shape is None or dim is None or len(adds) != 1 or len(weights) > 1:
+    shape, dim = g.shape(x), stats[0].attrs["dim"]
+    if shape is None or not isinstance(dim, int) or len(floors) > 1 or len(weights) > 1:
         return None
+    kind = ROW_NORMS[(stats[0].kind, floors[0].kind if floors else "add")]
     prologue = g.chain(head, common.Chain(), {}) if head else None
     arg = g.leaf(x) if not head else _prologue_arg(prologue)
-    eps = next(a for a in adds[0].args if g.scalar(a))
+    eps = next(a for a in floors[0].args if g.scalar(a)) if floors else 0.0
     weight = g.leaf(next(iter(weights))) if weights else None
     dim %= len(shape)
-    if arg is None or not is_number(eps) or not _confirm_rms(g, x, dim, float(eps), weight):
+    if kind is None or arg is None or not is_number(eps) or not _confirm_rms(g, x, dim, float(eps), weight, kind):
         return None
-    spec = rowwise.Rowwise("rms_norm", arg, f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
-                           eps=g.scalar(eps), weight=weight, inner=_inner_of(shape, dim + 1),
+    spec = rowwise.Rowwise(kind, arg, f"{dim} % x.dim()", f"{dim} % x.dim() + 1",
+                           eps=g.scalar(eps) if floors else "0.0", weight=weight, inner=_inner_of(shape, dim + 1),
                            prologue=prologue)
     return Match(*rowwise.render(spec, g.signature, *init, tuple(o.kind for o in head)))
 
@@ -198,8 +215,9 @@ class _Capture(fx.Interpreter):
         return out
 
 
-def _confirm_rms(g: Graph, x: fx.Node, dim: int, eps: float, weight: str | None) -> bool:
-    """Whether the graph is RMSNorm of the value ``x`` (an input, or what a prologue computes):
+def _confirm_rms(g: Graph, x: fx.Node, dim: int, eps: float, weight: str | None, kind: str) -> bool:
+    """Whether the graph is RMSNorm (or another of ``NORM_FORMULAS``, ``kind``) of the value
+    ``x`` (an input, or what a prologue computes):
     evaluated (a copy, on the CPU in float64, on random inputs) against the formula applied to
     that value. Casts in the graph keep fp32 rounding, so agreement is asked to fp32 precision,
     far tighter than any other formula would come, unless the graph rounds to a half type."""
@@ -225,7 +243,7 @@ def _confirm_rms(g: Graph, x: fx.Node, dim: int, eps: float, weight: str | None)
         h = run.value
         if not isinstance(got, torch.Tensor) or not isinstance(h, torch.Tensor):
             return False
-        want = h.double() * torch.rsqrt(h.double().pow(2).mean(dim, keepdim=True) + eps)
+        want = NORM_FORMULAS[kind](h.double(), dim, eps)
         if w is not None:
             want = want * w.reshape([h.shape[dim] if i == dim else 1 for i in range(h.dim())])
     rounded = any(op.kind in ("round_bf16", "round_fp16") for op in g.ops)

@@ -52,6 +52,12 @@ BODIES: dict[str, list[str]] = {
     "rms_norm": [
         "y = x / tl.sqrt(tl.sum(x * x, axis=0) / R + eps)[None, :]",
     ],
+    "l2_norm": [
+        "y = x / tl.sqrt(tl.sum(x * x, axis=0) + eps)[None, :]",
+    ],
+    "normalize": [
+        "y = x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=0)), eps)[None, :]",
+    ],
 }
 """LayerNorm's statistics are taken of ``x - shift``, the slice's first element: the mean of
 inputs far from zero (the gate's offset inputs, 100–200σ) then loses nothing to the size of the
@@ -106,6 +112,16 @@ STATS: dict[str, Stats] = {
         names=("ss",), init=("tl.zeros([BLOCK_C], tl.float32)",), other=("0.0",),
         update=("ss = ss + tl.sum(x * x, axis=0)",),
         combine=("rstd = 1.0 / tl.sqrt(tl.sum(p_ss, axis=0) / R + eps)",),
+        apply=("y = x * rstd[None, :]",)),
+    "l2_norm": Stats(
+        names=("ss",), init=("tl.zeros([BLOCK_C], tl.float32)",), other=("0.0",),
+        update=("ss = ss + tl.sum(x * x, axis=0)",),
+        combine=("rstd = 1.0 / tl.sqrt(tl.sum(p_ss, axis=0) + eps)",),
+        apply=("y = x * rstd[None, :]",)),
+    "normalize": Stats(
+        names=("ss",), init=("tl.zeros([BLOCK_C], tl.float32)",), other=("0.0",),
+        update=("ss = ss + tl.sum(x * x, axis=0)",),
+        combine=("rstd = 1.0 / tl.maximum(tl.sqrt(tl.sum(p_ss, axis=0)), eps)",),
         apply=("y = x * rstd[None, :]",)),
 }
 """Chan's pairwise update keeps LayerNorm's variance exact for inputs far from zero mean (the
@@ -167,7 +183,8 @@ The last two starts are the split kernel's runners-up in session 20's seeds run:
 programs an SM (the 393216-wide softmax's best, 0.576 ms) and 4096-element chunks (the bf16
 rows' best, 0.911 ms). Each dict sets every tunable."""
 TITLES = {"softmax": "softmax", "log_softmax": "log-softmax", "layer_norm": "LayerNorm",
-          "rms_norm": "RMSNorm"}
+          "rms_norm": "RMSNorm", "l2_norm": "L2 normalisation",
+          "normalize": "L2 normalisation (F.normalize)"}
 
 
 def tunable_values(prefix: str = "") -> dict[str, list[int]]:
