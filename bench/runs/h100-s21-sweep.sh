@@ -10,7 +10,8 @@
 # (session 23's conv gather, store hints and per-channel BatchNorm, on the losing convolutions);
 # "odd" (session 24: a conv output whose pixel count is odd, one image a program; L2 #83's forward
 # reads module constants); "red" (session 24: a split reduction that fills the SMs); "gn" (GroupNorm's
-# programs in one wave or two: 40 registers at 8 warps hold 6 programs an SM, 792 on an H100).
+# programs in one wave or two: 40 registers at 8 warps hold 6 programs an SM, 792 on an H100);
+# "norm" (L2 normalisation as a row kernel; BatchNorm's constexpr operands).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
@@ -40,6 +41,7 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     odd) L=level2; ONLY="27_Conv3d_HardSwish_GroupNorm_Mean 83_Conv3d_GroupNorm_Min_Clamp_Dropout" ;;
     red) L=level1; ONLY="37_FrobeniusNorm_ 35_GroupNorm_" ;;
     gn) L=level1; ONLY="35_GroupNorm_" VARIANTS="w4:num_warps=4 b1kw4:BLOCK=1024,num_warps=4 b4kw16:BLOCK=4096,num_warps=16" ;;
+    norm) L=level1; ONLY="39_L2Norm_ 33_BatchNorm" ;;
     ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_ 39_L2Norm_" ;;
     ops2) L=level2; ONLY="52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling 89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
     convx) L=level1; ONLY="87_conv_pointwise_2D 54_conv_standard_3D__square_input__square_kernel 86_conv_depthwise_separable_2D"
