@@ -39,6 +39,12 @@ UNARY: dict[str, str] = {
 BINARY: dict[str, str] = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}",
                           "div": "{0} / {1}"}
 
+IDLE_SHARE = 0.25
+"""How many idle lanes or rows, as a share of the useful ones, a layout may add to give the
+compiler a cheaper address (a conv program one image's pixels, a GroupNorm step one channel's):
+masked lanes cost issue slots, not memory traffic, and what they buy is per-element integer
+divisions and gathers gone."""
+
 # Lines the generated forward uses to line operands up with the output (see ``suffix_operand``).
 OPERAND_HELPER = '''
 

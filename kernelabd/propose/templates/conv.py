@@ -122,9 +122,6 @@ def _inside(g: tuple[int, ...], n: int) -> bool:
                for i, o, k, s, p, d in zip(ins, outs, ks, strides, pads, dils))
 """
 
-PER_IMAGE_WASTE = 0.25
-"""The share of idle rows a one-image-a-program tiling may leave (``_rows``)."""
-
 ROWS_HELPER = f"""
 
 def _rows(nb: int, p: int, block_m: int) -> tuple[int, int, bool]:
@@ -132,9 +129,9 @@ def _rows(nb: int, p: int, block_m: int) -> tuple[int, int, bool]:
     pixels. A tile's pixels are contiguous in the output, and the store runs along them, only
     where Triton can prove it: ``RUN`` (the power of two dividing ``p``) says so of a flat row
     index; an odd ``p`` has none, so there each program takes one image's pixels instead
-    (``PER_IMAGE``), unless that leaves more than a {PER_IMAGE_WASTE} share of its rows idle.\"\"\"
+    (``PER_IMAGE``), unless that idles more than {common.IDLE_SHARE} of a row for each useful one.\"\"\"
     run, tiles = math.gcd(p, block_m), triton.cdiv(p, block_m)
-    per_image = run == 1 and tiles * block_m <= (1 + {PER_IMAGE_WASTE}) * p
+    per_image = run == 1 and tiles * block_m <= (1 + {common.IDLE_SHARE}) * p
     return (nb * tiles if per_image else triton.cdiv(nb * p, block_m)), run, per_image
 """
 

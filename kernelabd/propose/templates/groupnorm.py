@@ -3,7 +3,10 @@ affine map fused.
 
 A group is ``C / G`` whole channel planes, contiguous in NCHW: one program owns one ``(n, g)``
 group and reads it twice in ``BLOCK`` steps: once for the statistics, once for the normalised,
-scaled and shifted store (the channel of an element being ``g · C/G + offset // spatial``).
+scaled and shifted store. The store walks the group a channel's plane at a time where whole
+``BLOCK`` steps cover a plane with few idle lanes (``BY_CHANNEL``: a weight and a bias a plane,
+two scalar loads), else in flat steps (an element's channel ``g · C/G + offset // S``, ``S`` a
+compile-time size, so a multiply, and the affine map gathered an element).
 The statistics are Welford's, one running mean and sum of squared deviations a lane, of the
 values less one of them (a shift, so that the means are near the spread, not at the data's
 offset), merged at the end about the group's mean (``Σ m2 + n·(mean_lane − mean)²``, summed
@@ -39,8 +42,8 @@ class GroupNorm:
 KERNEL = """
 
 @triton.jit
-def group_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, G, CG, S, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                      BLOCK: tl.constexpr):
+def group_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, G, CG, S: tl.constexpr, eps, HAS_W: tl.constexpr,
+                      HAS_B: tl.constexpr, BY_CHANNEL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     g = row % G
     n_el = CG * S
@@ -66,31 +69,54 @@ def group_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, G, CG, S, eps, HAS_W: tl.const
     dev = mean - mean_s
     m2 = tl.sum(m2 + count * dev * dev, axis=0)
     rstd = 1.0 / tl.sqrt(m2 / n_el + eps)
-    for start in range(0, n_el, BLOCK):
-        offs = start + lanes
-        m = offs < n_el
-        y = (tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - shift - mean_s) * rstd
-        c = g * CG + offs // S
-        if HAS_W:
-            y = y * tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
-        if HAS_B:
-            y = y + tl.load(b_ptr + c, mask=m, other=0.0).to(tl.float32)
-        tl.store(y_ptr + base + offs, y, mask=m)
+    if BY_CHANNEL:
+        # a channel's plane at a time: its weight and bias are two scalars, not a gather and an
+        # integer division an element
+        for ch in range(0, CG):
+            c = g * CG + ch
+            scale = rstd
+            if HAS_W:
+                scale = scale * tl.load(w_ptr + c).to(tl.float32)
+            add = 0.0
+            if HAS_B:
+                add = tl.load(b_ptr + c).to(tl.float32)
+            plane = base + ch * S
+            for start in range(0, S, BLOCK):
+                offs = start + lanes
+                m = offs < S
+                x = tl.load(x_ptr + plane + offs, mask=m, other=0.0).to(tl.float32)
+                tl.store(y_ptr + plane + offs, (x - shift - mean_s) * scale + add, mask=m)
+    else:
+        for start in range(0, n_el, BLOCK):
+            offs = start + lanes
+            m = offs < n_el
+            y = (tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32) - shift - mean_s) * rstd
+            c = g * CG + offs // S
+            if HAS_W:
+                y = y * tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(b_ptr + c, mask=m, other=0.0).to(tl.float32)
+            tl.store(y_ptr + base + offs, y, mask=m)
 """
 
 
 def forward(op: GroupNorm, signature: str) -> str:
-    """The launch; ``_``-prefixed locals, so that no forward argument is shadowed."""
+    """The launch; ``_``-prefixed locals, so that no forward argument is shadowed. A channel's
+    plane is a compile-time size (``S``), so a flat step's channel index is a multiply, not a
+    division; where whole ``BLOCK`` steps cover a plane with few idle lanes, the store walks
+    plane by plane (``BY_CHANNEL``)."""
     w, b = op.weight or "_x", op.bias or "_x"      # any tensor; never read without HAS_W / HAS_B
     return f"""
 def forward(self, {signature}):
     _x = {op.x}.contiguous()
     _n, _c = _x.shape[0], _x.shape[1]
     _g = {op.groups}
+    _s = _x.numel() // max(1, _n * _c)
     _y = torch.empty_like(_x)
-    group_norm_kernel[(_n * _g,)](_x, {w}, {b}, _y, _g, _c // _g, _x.numel() // max(1, _n * _c), float({op.eps}),
-                                  HAS_W={op.weight is not None}, HAS_B={op.bias is not None}, BLOCK=BLOCK,
-                                  num_warps=num_warps)
+    group_norm_kernel[(_n * _g,)](_x, {w}, {b}, _y, _g, _c // _g, _s, float({op.eps}),
+                                  HAS_W={op.weight is not None}, HAS_B={op.bias is not None},
+                                  BY_CHANNEL=triton.cdiv(_s, BLOCK) * BLOCK <= (1 + {common.IDLE_SHARE}) * _s,
+                                  BLOCK=BLOCK, num_warps=num_warps)
     return _y
 """
 
