@@ -37,10 +37,11 @@ def reference(forward: str, init: str = "", init_args: str = "", inputs: str = "
         f"def get_init_inputs():\n    return [{init_values}]\n")
 
 
-def assert_ported(tmp_path: Path, name: str, init: str, forward: str, inputs: str, edit: str) -> str:
-    """The template candidate of ``return …`` (``forward``, its body) names ``edit`` and passes
-    the real gate; its source, for further checks."""
-    source = reference(f"def forward(self, x):\n    {forward}\n", init=init, inputs=inputs)
+def assert_ported(tmp_path: Path, name: str, init: str, forward: str, inputs: str, edit: str,
+                  params: str = "x") -> str:
+    """The template candidate of ``return …`` (``forward``, its body, of ``params``) names
+    ``edit`` and passes the real gate; its source, for further checks."""
+    source = reference(f"def forward(self, {params}):\n    {forward}\n", init=init, inputs=inputs)
     found = instantiate(source)
     assert found is not None and edit in found.edit, found.edit if found else None
     assert_passes(gate(tmp_path, name, source, None, found.source))

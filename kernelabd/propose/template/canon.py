@@ -21,6 +21,7 @@ import builtins
 import math
 import operator
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -431,24 +432,30 @@ def _norm_node(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
                     bool(arg_of(node, 3, "keepdim", False)), len(shape))
 
 
-def decompose_norms(gm: fx.GraphModule) -> bool:
-    """Vector norms and ``F.normalize`` as the reductions and elementwise ops they compute
-    (KernelBench's ``x / torch.norm(x, p=2, dim=1, keepdim=True)``), so that the reduction and
-    pipeline templates take them. True if it changed the graph (shapes then need propagating
-    again)."""
+def rewrite(gm: fx.GraphModule, replacement: Callable[[fx.Graph, fx.Node], fx.Node | None]) -> bool:
+    """Each node for which ``replacement`` (called with the graph's insertion point before the
+    node) builds a replacement, replaced by it. True if it changed the graph (shapes then need
+    propagating again)."""
     changed = False
     for node in list(gm.graph.nodes):
         with gm.graph.inserting_before(node):
-            replacement = _norm_node(gm.graph, node)
-        if replacement is None:
+            new = replacement(gm.graph, node)
+        if new is None:
             continue
-        node.replace_all_uses_with(replacement)
+        node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         changed = True
     if changed:
         gm.graph.lint()
         gm.recompile()
     return changed
+
+
+def decompose_norms(gm: fx.GraphModule) -> bool:
+    """Vector norms and ``F.normalize`` as the reductions and elementwise ops they compute
+    (KernelBench's ``x / torch.norm(x, p=2, dim=1, keepdim=True)``), so that the reduction and
+    pipeline templates take them. True if it changed the graph."""
+    return rewrite(gm, _norm_node)
 
 
 def _settings(node: fx.Node, kind: str, module: nn.Module | None) -> tuple[Any, ...] | None:

@@ -68,6 +68,7 @@ from kernelabd.propose.template.canon import (
     lossless,
     meta_of,
 )
+from kernelabd.propose.template.einsum import decompose_einsum
 from kernelabd.propose.templates import common
 from kernelabd.service.capture import load_reference
 
@@ -506,8 +507,9 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
         try:
             with torch.no_grad():
                 ShapeProp(gm).propagate(*inputs)
-                if decompose(gm) | decompose_norms(gm) | explicit_casts(gm):
-                    ShapeProp(gm).propagate(*inputs)
+                for rewritten in (decompose, decompose_norms, decompose_einsum, explicit_casts):
+                    if rewritten(gm):      # the next rewrite reads the shapes of what this one made
+                        ShapeProp(gm).propagate(*inputs)
         except Exception as exc:
             failures.append(f"running forward on {device} tensors failed: {one_line(exc, 300)}")
             continue
