@@ -67,6 +67,7 @@ FUNCTIONS: dict[Any, str] = {
     torch.reshape: "view", torch.flatten: "view", torch.unsqueeze: "view", torch.squeeze: "view",
     torch.t: "transpose", torch.multiply: "mul", torch.divide: "div", torch.true_divide: "div",
     torch.subtract: "sub", torch.negative: "neg", torch.special.expit: "sigmoid",
+    torch.triu: "triu", torch.tril: "tril",
 }
 METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
@@ -74,7 +75,7 @@ METHODS: dict[str, str] = {
     "square": "square", "pow": "pow", "softmax": "softmax", "log_softmax": "log_softmax",
     "sum": "sum", "mean": "mean", "amax": "max", "max": "max", "min": "min", "amin": "min",
     "logsumexp": "logsumexp",
-    "matmul": "matmul",
+    "matmul": "matmul", "triu": "triu", "tril": "tril",
     "clone": "identity", "detach": "identity", "contiguous": "identity", "bmm": "matmul",
     "transpose": "transpose", "swapaxes": "transpose", "swapdims": "transpose", "permute": "permute",
     "size": "size", "dim": "size", "numel": "size", "abs": "abs", "log": "log", "erf": "erf",
@@ -146,6 +147,20 @@ MORE_ELEMENTWISE: dict[str, list[str]] = {
     "round_fp16": ["{0}.to(tl.float16).to(tl.float32)"],
 }
 ELEMENTWISE = set(common.UNARY) | set(common.BINARY) | set(MORE_ELEMENTWISE)
+POSITIONAL: dict[str, list[str]] = {
+    "triu": ["tl.where(_col - _row >= {1}, {0}, 0.0)"],
+    "tril": ["tl.where(_col - _row <= {1}, {0}, 0.0)"],
+}
+"""Elementwise ops whose result depends on the element's place in a matrix (``{1}`` the
+diagonal): a chain takes them only where the kernel knows its elements' rows and columns
+(``_row``, ``_col``: a matmul's output tile), never on a flat index."""
+ZEROED_TILE: dict[str, str] = {
+    "triu": "n0 + BLOCK_N - 1 - m0 < {1}",
+    "tril": "n0 - m0 - BLOCK_M + 1 > {1}",
+}
+"""Where a positional op zeroes the whole ``BLOCK_M × BLOCK_N`` output tile at ``(m0, n0)``:
+when it is the chain's last op, that tile's product is never read, and its K loop is skipped
+(half the tiles of a square ``triu(a @ b)``)."""
 REDUCTIONS = {"sum", "mean", "max", "min", "logsumexp"}
 # keyword arguments that do not change what an op computes
 HARMLESS_KWARGS = {"inplace", "_stacklevel", "non_blocking", "copy", "memory_format"}
@@ -591,6 +606,9 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
     if kind in REDUCTIONS and _kwargs_ok(node, {"dim", "keepdim"}):
         return Op(node, kind, (x,), {"dim": as_dim(arg_of(node, 1, "dim")), "dims": arg_of(node, 1, "dim"),
                                      "keepdim": bool(arg_of(node, 2, "keepdim", False))})
+    if kind in POSITIONAL:
+        diagonal = arg_of(node, 1, "diagonal", 0)
+        return Op(node, kind, (x, diagonal)) if isinstance(diagonal, int) and _kwargs_ok(node, {"diagonal"}) else None
     if kind == "matmul":
         return Op(node, kind, (node.args[0], node.args[1]))
     if kind == "getitem":

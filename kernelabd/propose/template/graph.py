@@ -50,8 +50,10 @@ from kernelabd.propose.template.canon import (
     LITERAL_SIZES,
     METHODS,
     MORE_ELEMENTWISE,
+    POSITIONAL,
     PRECISION,
     ROUNDING,
+    ZEROED_TILE,
     Expr,
     NotRecognised,
     Op,
@@ -418,17 +420,23 @@ class Graph:
             return tuple(self.model.get_parameter(value.removeprefix("self.")).shape)
         return None
 
-    def chain(self, ops: list[Op], chain: common.Chain, names: dict[fx.Node, str]) -> common.Chain | None:
+    def chain(self, ops: list[Op], chain: common.Chain, names: dict[fx.Node, str],
+              positions: bool = False) -> common.Chain | None:
         """``ops`` as Triton statements appended to ``chain``; None if one is not elementwise
-        or takes an operand from outside (a value computed by something else)."""
+        (nor ``POSITIONAL`` where the kernel knows ``positions``: rows and columns) or takes an
+        operand from outside (a value computed by something else)."""
         for op in ops:
-            if op.kind not in ELEMENTWISE:
+            positional = positions and op.kind in POSITIONAL
+            if op.kind not in ELEMENTWISE and not positional:
                 return None
             operands = [self._operand(a, chain, names) for a in op.args]
             if None in operands:
                 return None
+            chain.positional |= positional
+            chain.zeroed_tile = ZEROED_TILE[op.kind].format(*operands) if positional else None
             value = f"v{len(chain.lines)}"
-            template = MORE_ELEMENTWISE.get(op.kind) or [common.UNARY.get(op.kind) or common.BINARY[op.kind]]
+            template = (MORE_ELEMENTWISE.get(op.kind) or POSITIONAL.get(op.kind)
+                        or [common.UNARY.get(op.kind) or common.BINARY[op.kind]])
             steps = [step.format(*operands, t=f"{value}_") for step in template]
             chain.lines.extend(steps[:-1])
             chain.lines.append(f"{value} = {steps[-1]}")

@@ -383,7 +383,8 @@ def _matmul_spec(g: Graph, ops: list[Op], out: Any, precision: str) -> tuple[mat
     batched = len(b_shape) > 2
     if batched and (op.kind != "matmul" or tuple(a_shape[:-2]) != tuple(b_shape[:-2])):
         return None     # a batch broadcast against a single matrix or another batch: not one launch
-    if g.chain(rest, chain, {op.node: "acc"}) is None or (batched and chain.tensors):
+    positions = batched or len(a_shape) == 2       # the kernel's rows are the output matrix's
+    if g.chain(rest, chain, {op.node: "acc"}, positions) is None or (batched and chain.tensors):
         return None     # a batched epilogue's operands would need the batch's offsets
     what = " + ".join([op.kind if not batched else "batched matmul",
                        *(["bias"] if op.attrs.get("bias") is not None else []), *(o.kind for o in rest)])

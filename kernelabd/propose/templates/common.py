@@ -111,6 +111,8 @@ class Chain:
     scalars: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     result: str = ""
+    positional: bool = False    # the lines read ``_row`` and ``_col``, which the kernel defines
+    zeroed_tile: str | None = None  # where the result is zero whatever the product (a matmul tile's)
 
     def kernel_args(self) -> str:
         args = [operand_params(i) for i in range(len(self.tensors))]

@@ -335,9 +335,11 @@ def output_index(n0: str, width: str) -> list[str]:
             "    offs = rm[:, None] * N + rn[None, :]"]
 
 
-def _epilogue(epilogue: common.Chain) -> list[str]:
-    """The elementwise chain on ``acc``, its operands read at the output's flat index."""
-    return [*epilogue.full_loads("offs", "cmask"), *epilogue.lines]
+def _epilogue(epilogue: common.Chain, row: str = "rm[:, None]", col: str = "rn[None, :]") -> list[str]:
+    """The elementwise chain on ``acc``, its operands read at the output's flat index (and its
+    positional ops at the element's ``row`` and ``col``)."""
+    places = [f"_row = {row}", f"_col = {col}"] if epilogue.positional else []
+    return [*places, *epilogue.full_loads("offs", "cmask"), *epilogue.lines]
 
 
 def _store(result: str) -> list[str]:
@@ -366,16 +368,17 @@ def _indent(lines: list[str], depth: int) -> str:
 
 
 def tile_kernel(name: str, args: str, bs: list[Operand], accs: list[str], finish: list[str],
-                split: bool, precision: str, prologue: tuple[str, ...] = ()) -> str:
+                split: bool, precision: str, prologue: tuple[str, ...] = (), zeroed: str | None = None) -> str:
     """A persistent matmul kernel over (tile, K slice) work items. ``finish`` turns the
     accumulators into the stored tile (epilogue and store); with ``split`` a slice of a split
     product stores its fp32 partial to ``ws_ptr`` instead and ``splitk_kernel`` finishes.
-    ``prologue`` runs first (the batch's base pointers)."""
+    ``prologue`` runs first (the batch's base pointers); a tile where ``zeroed`` holds skips its
+    K loop (its epilogue zeroes it whatever the product)."""
     dots = [f"{acc} = _dot_acc(a, {b.tile}, {acc}, \"{precision}\")" for acc, b in zip(accs, bs, strict=True)]
     head = ["num_m = tl.cdiv(M, BLOCK_M)", "num_n = tl.cdiv(N, BLOCK_N)", "tiles = num_m * num_n",
             "k_tiles = tl.cdiv(K, BLOCK_K)", f"k_slice = tl.cdiv(k_tiles, {'SPLIT_K' if split else '1'})"]
     items = "tiles * SPLIT_K" if split else "tiles"
-    body = [*TILE_ORDER.splitlines(),
+    body = [*TILE_ORDER.splitlines(), *([f"if {zeroed}:", "    k_hi = k_lo"] if zeroed else []),
             *[f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for acc in accs],
             "if not TMA:", *[f"    {line}" for line in _pointer_setup(bs)],
             "for kt in tl.range(k_lo, k_hi, warp_specialize=WARP_SPECIALIZE):",
@@ -407,7 +410,7 @@ def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
     args = (f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn, sab, sbb{epilogue.kernel_args()}"
             f"{epilogue.full_constexprs()}")
     return tile_kernel(name, args, [Operand("b_ptr", "sbk", "sbn", "b")], ["acc"], finish, True, precision,
-                       BATCH_BASES)
+                       BATCH_BASES, epilogue.zeroed_tile)
 
 
 def splitk_kernel(epilogue: common.Chain) -> str:
@@ -429,7 +432,8 @@ def splitk_kernel(epilogue: common.Chain) -> str:
              "    part = tl.load(ws_ptr + ss[:, None].to(tl.int64) * M * N + offs[None, :],",
              "                   mask=(ss[:, None] < SPLIT_K) & cmask[None, :], other=0.0)",
              "    acc += tl.sum(part, axis=0)",
-             *_epilogue(epilogue), f"tl.store(c_ptr + offs, {epilogue.result or 'acc'}, mask=cmask)"]
+             *_epilogue(epilogue, "offs // N", "offs % N"),
+             f"tl.store(c_ptr + offs, {epilogue.result or 'acc'}, mask=cmask)"]
     return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()}"
             f"{epilogue.full_constexprs()},\n                  BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr, "
             "INDEX_64: tl.constexpr):\n" + _indent(lines, 1))
