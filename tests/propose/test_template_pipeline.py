@@ -1,14 +1,14 @@
 """Template pipelines: graphs no one template covers (a convolution or matmul followed by a
 softmax, a norm or a reduction, and what follows those) are cut into stages that one template
 each computes, and the composed candidate passes the real gate on CPU (Triton interpreter);
-a graph whose later ops need a value from inside an earlier stage gets no pipeline. Shapes are
-KernelBench level 2's, at tiny sizes."""
+a later stage may read any earlier stage's stored result, not only the one before it. Shapes
+are KernelBench level 2's, at tiny sizes."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernelabd.propose.template.proposer import attempt, instantiate
+from kernelabd.propose.template.proposer import instantiate
 from kernelabd.propose.tune import apply_edit, parse_tunables
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import reference
@@ -62,6 +62,28 @@ PIPELINES = {
         "torch.randn(6, 10), torch.randn(12)", (", d_in, d_out", "10, 12"),
         ["matmul (linear + bias) with fused epilogue, then softmax", "sum over dim 0",
          "elementwise chain of 1 ops (mul)"]),
+    "softmax_of_the_conv_plus_the_conv": (  # the last stage reads the first stage's result
+        "self.conv = nn.Conv2d(c_in, c_out, 3)\n",
+        "def forward(self, x):\n    h = self.conv(x)\n    return torch.softmax(torch.relu(h), dim=1) + h\n",
+        "torch.randn(2, 3, 6, 6)", (", c_in, c_out", "3, 4"),
+        ["conv2d (conv2d + bias)", "softmax", "elementwise chain of 1 ops (add)"]),
+    "linear_minus_its_row_mean": (          # L2 #80's x - x.mean(1, keepdim=True), not degenerate
+        "self.linear = nn.Linear(d_in, d_out)\n",
+        "def forward(self, x):\n    y = self.linear(x)\n    return F.gelu(y - y.mean(dim=1, keepdim=True))\n",
+        "torch.randn(6, 10)", (", d_in, d_out", "10, 12"),
+        ["matmul (linear + bias)", "mean over dim 1", "elementwise chain of 2 ops (sub → gelu)"]),
+    "conv_groupnorm_residual_logsumexp": (  # L2 #92: a residual of the convolution after the norm
+        "self.conv = nn.Conv2d(c_in, c_out, 3)\nself.norm = nn.GroupNorm(2, c_out)\n",
+        "def forward(self, x):\n    h = self.conv(x)\n    y = torch.tanh(self.norm(h))\n"
+        "    return torch.logsumexp(h + y, dim=1, keepdim=True)\n",
+        "torch.randn(2, 3, 6, 6)", (", c_in, c_out", "3, 4"),
+        ["conv2d (conv2d + bias)", "GroupNorm", "logsumexp over dim 1 of an elementwise prologue"]),
+    "conv_clamp_softmax_over_a_flattened_view": (   # L2 #38: sizes read off a stage's result
+        "self.conv = nn.Conv2d(c_in, c_out, 3)\nself.lo = 0.0\nself.hi = 1.0\n",
+        "def forward(self, x):\n    x = torch.clamp(self.conv(x), self.lo, self.hi)\n    b, c, h, w = x.shape\n"
+        "    x = torch.softmax(x.view(b, c, -1), dim=2)\n    return x.view(b, c, h, w) * 2.0\n",
+        "torch.randn(2, 3, 6, 6)", (", c_in, c_out", "3, 4"),
+        ["conv2d (conv2d + bias + clamp)", "softmax", "elementwise chain of 1 ops (mul)"]),
     "sequential_mlp": (                     # L3 #1: the layers are nn.Sequential's children 0, 2, 4
         "self.network = nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU(), nn.Linear(d_out, d_out), nn.ReLU(),\n"
         "                             nn.Linear(d_out, 5))\n",
@@ -91,15 +113,20 @@ def test_a_pipeline_of_templates_passes_the_gate(tmp_path, name):
     assert_passes(gate(tmp_path, name, source, None, found.source))
 
 
-def test_a_tail_that_needs_a_value_from_inside_the_head_gets_no_pipeline():
-    """``softmax(relu(h)) + h``: the add reads the convolution's result, which no stage but the
-    first sees, so no cut gives a pipeline and the graph matches nothing."""
-    source = reference("def forward(self, x):\n    h = self.conv(x)\n"
-                       "    return torch.softmax(torch.relu(h), dim=1) + h\n",
-                       init="self.conv = nn.Conv2d(3, 4, 3)\n", inputs="torch.randn(2, 3, 6, 6)")
-    found = attempt(source)
-    assert not hasattr(found, "source"), found.edit
-    assert "no template has this graph's shape" in found.reason
+def test_a_later_stage_is_given_the_earlier_results_it_reads():
+    """In ``softmax(relu(h)) + h`` the add reads the convolution's result, two stages back: the
+    composed forward passes it (``v0``) to the last stage beside the softmax's (``v1``)."""
+    found = instantiate(pipeline_reference("softmax_of_the_conv_plus_the_conv"))
+    forward = found.source.split("def forward(self, x):")[-1]
+    assert "v2 = self._s2_forward(v1, v0, x)" in forward, forward
+
+
+def test_a_dim_or_an_index_is_never_read_from_a_model_attribute_of_equal_value():
+    """``x.shape`` unpacked as ``b, c, h, w`` is indexed by 0 and 1, which equal the model's
+    ``lo = 0.0`` and ``hi = 1.0``: the candidate indexes by the numbers (it once wrote
+    ``shape[self.lo]``, a TypeError on every call)."""
+    found = instantiate(pipeline_reference("conv_clamp_softmax_over_a_flattened_view"))
+    assert "shape[self." not in found.source and "shape[0]" in found.source
 
 
 def test_the_tuner_moves_a_later_stage_apart_and_every_start_sets_every_tunable(tmp_path):

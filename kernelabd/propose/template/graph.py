@@ -343,8 +343,8 @@ class Graph:
         return dtype_of(value)
 
     def scalar(self, value: Any, literal: bool = False) -> str | None:
-        """A Python number's expression: the model attribute holding it when exactly one does
-        (so a constructor argument like ``eps`` follows the instance), else its literal;
+        """A Python number's expression: the model attribute of its type holding it when exactly
+        one does (so a constructor argument like ``eps`` follows the instance), else its literal;
         ``literal``: sizes such as -1 and 1 stay literal. An ``Expr`` is its own expression."""
         if isinstance(value, Expr):
             return str(value)
@@ -353,7 +353,7 @@ class Graph:
         if literal and value in LITERAL_SIZES:
             return repr(value)
         names = [k for k, v in vars(self.model).items() if not k.startswith("_")
-                 and type(v) in (int, float) and v == value]
+                 and type(v) is type(value) and v == value]
         return f"self.{names[0]}" if len(names) == 1 else repr(value)
 
     def expr(self, value: Any, names: dict[fx.Node, str] | None = None, literal: bool = False) -> str | None:
@@ -381,6 +381,11 @@ class Graph:
             return (names or {})[value]
         return self.leaf(value)
 
+    def _index(self, value: Any, names: dict[fx.Node, str] | None) -> str | None:
+        """A dim or an index (``x.shape[2]``, ``x.size(0)``): a number there is where to look,
+        never a model attribute that happens to equal it."""
+        return repr(value) if isinstance(value, int) else self.expr(value, names, literal=True)
+
     def _expr_node(self, node: fx.Node, names: dict[fx.Node, str] | None) -> str | None:
         if node.op == "placeholder":
             return self.names[node]              # a number the forward is given (``A * s``)
@@ -388,7 +393,7 @@ class Graph:
             return f"self.{node.target}"         # a number the model holds (``self.bn.eps``)
         if node.op == "call_method" and METHODS.get(str(node.target)) == "size":
             base = self._tensor_expr(node.args[0], names)
-            dims = [self.expr(a, names) for a in node.args[1:]]
+            dims = [self._index(a, names) for a in node.args[1:]]
             if base is None or any(d is None for d in dims):
                 return None
             method = "shape" if str(node.target) == "size" else f"{node.target}()"
@@ -399,7 +404,7 @@ class Graph:
             base = self._tensor_expr(node.args[0], names)
             return f"{base}.{node.args[1]}" if base is not None else None
         if node.target is operator.getitem:
-            base, index = self.expr(node.args[0], names), self.expr(node.args[1], names)
+            base, index = self.expr(node.args[0], names), self._index(node.args[1], names)
             return f"{base}[{index}]" if base is not None and index is not None else None
         if node.target in EXPRESSION_OPERATORS:
             a, b = (self.expr(v, names) for v in node.args[:2])

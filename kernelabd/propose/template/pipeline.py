@@ -8,8 +8,10 @@ algorithm (3xTF32 tensor-core products in place of fp32 FMA ones), which dominat
 the graphs KernelBench's level 2 is made of.
 
 A cut is valid only where the tail needs nothing the head computes but its result (inputs,
-parameters and sizes of inputs it reads itself). The longest head that one template matches
-is tried first: fewer, larger stages store fewer intermediates.
+parameters and sizes of inputs it reads itself, and the results of earlier stages: every
+stage's result is stored, so ``x - x.mean(1, keepdim=True)`` after a matmul is the matmul, the
+mean of its result, then an elementwise stage reading both). The longest head that one
+template matches is tried first: fewer, larger stages store fewer intermediates.
 
 The stages' sources are composed into one candidate (``compose``): every module-level name of a
 stage after the first takes a prefix ``s{i}_`` (kernels, helpers and tunables alike, so the
@@ -33,6 +35,9 @@ from kernelabd.pysource import parse
 
 STAGE_INPUT = "stage_in"
 """The tail's first input: the head's result (a name no template uses for its locals)."""
+STAGE_RESULT = "stage_v"
+"""``stage_v{i}``: a later stage's input that is stage ``i``'s result (``v{i}`` in the composed
+forward), where a tail reads its head's input too."""
 DECLARATIONS = ("TUNABLES", "RESOURCES", "STARTS")
 """The module-level literals the tuner reads, merged across stages rather than renamed."""
 
@@ -65,10 +70,10 @@ def _copy_until(g: Graph, at: fx.Node) -> fx.GraphModule:
     return _module(g, head)
 
 
-def _copy_after(g: Graph, at: fx.Node) -> tuple[fx.GraphModule, dict[fx.Node, fx.Node]] | None:
+def _copy_after(g: Graph, at: fx.Node, depth: int) -> tuple[fx.GraphModule, dict[fx.Node, fx.Node]]:
     """Every node but ``at``, whose value is the new first input: the tail, with the copies.
-    A tail's own input (the stage before's result) is dropped: each stage is given the
-    reference's inputs and its predecessor's result only, so None if the tail still reads it."""
+    ``g`` is stage ``depth``'s graph on: its own first input (stage ``depth - 1``'s result) is
+    dropped where the tail does not read it, else kept as ``stage_v{depth - 1}``."""
     tail = fx.Graph()
     first = tail.placeholder(f"{STAGE_INPUT}_next")
     first.meta = dict(at.meta)
@@ -80,32 +85,31 @@ def _copy_after(g: Graph, at: fx.Node) -> tuple[fx.GraphModule, dict[fx.Node, fx
     inputs = {n.target: n for n in gm.graph.nodes if n.op == "placeholder"}
     if STAGE_INPUT in inputs:
         if inputs[STAGE_INPUT].users:
-            return None
-        gm.graph.erase_node(inputs[STAGE_INPUT])
+            inputs[STAGE_INPUT].target = f"{STAGE_RESULT}{depth - 1}"
+        else:
+            gm.graph.erase_node(inputs[STAGE_INPUT])
     inputs[f"{STAGE_INPUT}_next"].target = STAGE_INPUT
     gm.recompile()
     return gm, env
 
 
-def cut(g: Graph, k: int) -> tuple[Graph, Graph] | None:
-    """``g`` cut after its ``k``-th op: (head, tail), or None where the tail would need a value
-    the head computes other than its result."""
+def cut(g: Graph, k: int, depth: int = 0) -> tuple[Graph, Graph] | None:
+    """``g`` (stage ``depth``'s graph on) cut after its ``k``-th op: (head, tail), or None where
+    the tail would need a value the head computes other than its result."""
     at = g.ops[k - 1].node
-    copied = _copy_after(g, at)
-    if copied is None:
-        return None
-    tail, env = copied
+    tail, env = _copy_after(g, at, depth)
     alive = set(tail.graph.nodes)
     if any(env[op.node] in alive for op in g.ops[:k - 1]):
         return None
     return sub_graph(g, _copy_until(g, at)), sub_graph(g, tail)
 
 
-def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None) -> list[tuple[Graph, Match]] | None:
-    """The stages of ``g``: the one template ``whole`` finds for it, else the longest head
-    ``whole`` matches followed by the tail's own stages; None when no cut gives a pipeline.
-    ``failed`` remembers the tails (by their ops' node names) that have none, so that a long
-    elementwise run, every prefix of which is a head, is not searched again from each."""
+def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None,
+         depth: int = 0) -> list[tuple[Graph, Match]] | None:
+    """The stages of ``g`` (stage ``depth`` on): the one template ``whole`` finds for it, else
+    the longest head ``whole`` matches followed by the tail's own stages; None when no cut gives
+    a pipeline. ``failed`` remembers the tails (by their ops' node names) that have none, so that
+    a long elementwise run, every prefix of which is a head, is not searched again from each."""
     failed = set() if failed is None else failed
     key = tuple(op.node.name for op in g.ops)
     found = whole(g) if g.known else None
@@ -114,12 +118,12 @@ def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None) ->
     if key in failed:
         return None
     for k in range(len(g.ops) - 1, 0, -1):
-        parts = cut(g, k)
+        parts = cut(g, k, depth)
         if parts is None or not parts[0].known or parts[0].widest_output() is not None \
                 or parts[1].widest_output() is not None:
             continue
         head = whole(parts[0])
-        rest = find(parts[1], whole, failed) if head is not None else None
+        rest = find(parts[1], whole, failed, depth + 1) if head is not None else None
         if rest is not None:
             return [(parts[0], head), *rest]
     failed.add(key)
@@ -289,6 +293,16 @@ def _renamed_strings(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
+def _stage_args(g: Graph, i: int, reference: dict[str, str]) -> list[str]:
+    """Stage ``i``'s forward arguments, in its graph's input order: the stage before's result,
+    earlier stages' results it reads, and the reference's inputs (``reference``: by name)."""
+    def value(target: str) -> str:
+        if target == STAGE_INPUT:
+            return f"v{i - 1}"
+        return f"v{target.removeprefix(STAGE_RESULT)}" if target.startswith(STAGE_RESULT) else reference[target]
+    return [value(str(n.target)) for n in g.inputs]
+
+
 def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
     """One candidate computing the stages in order; ``signature`` is the reference forward's.
     Its class keeps the first stage's class attributes (the reference's, which its constructor
@@ -301,7 +315,8 @@ def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
         own, stage_init, forward = _methods(part, i)
         methods += own
         init = init or stage_init
-        value = ", ".join([*([f"v{i - 1}"] if i else []), *args])
+        value = ", ".join(_stage_args(stages[i][0], i, dict(zip((n.target for n in stages[0][0].inputs), args,
+                                                                strict=True))))
         calls.append(f"v{i} = self.{forward}({value})")
     assert init is not None, "every template's ModelNew copies the reference's constructor"
     edits = [m.edit.removeprefix("template: ") for _, m in stages]
