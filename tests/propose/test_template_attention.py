@@ -202,7 +202,6 @@ def test_tf32_dots_only_when_the_sidecar_allows_them():
     SDPA.format(", dropout_p=0.1"),
     SDPA.format(", enable_gqa=True"),
     "def forward(self, q, k, v):\n    return F.dropout(F.softmax(q @ k.mT, dim=-1), 0.1) @ v\n",
-    "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT * q.sum(-1, keepdim=True), dim=-1) @ v\n",
     "def forward(self, q, k, v):\n"
     "    s = (q @ k.mT).masked_fill(self.mask == 0, float('-inf'))\n"
     "    return F.softmax(s, dim=-1) @ v\n",
@@ -214,6 +213,17 @@ def test_attention_with_a_term_the_kernel_lacks_matches_nothing(forward):
                        inputs="torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)")
     declined = TemplateProposer().propose(context(source))
     assert isinstance(declined, Decline) and declined.reason.startswith(NO_MATCH), declined
+
+
+def test_a_term_the_attention_kernel_lacks_is_left_to_a_pipeline_that_computes_it(tmp_path):
+    """Scores scaled by ``q.sum(-1)``, a term the fused kernel has no place for: not the
+    attention template, but stages that each compute what the graph says (the product, the sum
+    of ``q``, the scaled softmax, the product with ``v``), which pass the gate."""
+    forward = "def forward(self, q, k, v):\n    return F.softmax(q @ k.mT * q.sum(-1, keepdim=True), dim=-1) @ v\n"
+    source = reference(forward, inputs="torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)")
+    found = instantiate(source)
+    assert found is not None and "attention" not in found.edit and found.edit.startswith("template: pipeline of ")
+    assert_passes(gate(tmp_path, "scaled_by_q_sum", source, None, found.source))
 
 
 @pytest.mark.parametrize("forward", [
