@@ -311,12 +311,12 @@ def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
     imports = list(dict.fromkeys(line for p in parts for line in p.imports))
     methods, calls, init = [], [], None
     args = [a.strip() for a in signature.split(",") if a.strip()]
+    reference = dict(zip((str(n.target) for n in stages[0][0].inputs), args, strict=True))
     for i, part in enumerate(parts):
         own, stage_init, forward = _methods(part, i)
         methods += own
         init = init or stage_init
-        value = ", ".join(_stage_args(stages[i][0], i, dict(zip((n.target for n in stages[0][0].inputs), args,
-                                                                strict=True))))
+        value = ", ".join(_stage_args(stages[i][0], i, reference))
         calls.append(f"v{i} = self.{forward}({value})")
     assert init is not None, "every template's ModelNew copies the reference's constructor"
     edits = [m.edit.removeprefix("template: ") for _, m in stages]
