@@ -11,6 +11,11 @@ reported as such, not failed.
 
     python3 bench/coverage/gate_small.py --out DIR [--only NAME ...] [--level 2]
     python3 bench/coverage/gate_small.py --out DIR --report A/gate.jsonl B/gate.jsonl   # one table of both
+    python3 bench/coverage/gate_small.py --out DIR --proposer inductor   # the problems no template matches
+
+``--proposer inductor`` gates the problems the coverage table matches no template to: their only
+port is TorchInductor's Triton (the ``inductor`` proposer, on the CPU through Inductor's Triton
+CPU backend, as CI's proposer tests run it).
 
 Writes ``DIR/gate.jsonl`` (a row a problem, as each ends) and ``DIR/gate.md``; exit 1 when a
 candidate fails the gate.
@@ -47,7 +52,8 @@ SPATIAL_NAMES = {"h", "w", "d", "l", "n", "size"}
 
 def _int_constants(source: str) -> list[tuple[str, int, ast.expr]]:
     """Module-level ``name = int`` bindings with their value's node, also chained (``h = w =
-    256``) and unpacked (``depth, height, width = 24, 48, 48``)."""
+    256``), unpacked (``depth, height, width = 24, 48, 48``) and in a tuple (``input_shape =
+    (32768,)``: ``input_shape[0]``)."""
     found = []
     for node in ast.parse(source).body:
         if not isinstance(node, ast.Assign):
@@ -59,6 +65,9 @@ def _int_constants(source: str) -> list[tuple[str, int, ast.expr]]:
                 pairs = list(zip(target.elts, node.value.elts, strict=True))
             found += [(t.id, n, v) for t, v in pairs
                       if isinstance(t, ast.Name) and (n := _arithmetic(v)) is not None]
+            if isinstance(target, ast.Name) and isinstance(node.value, ast.Tuple | ast.List):
+                found += [(f"{target.id}[{i}]", n, v) for i, v in enumerate(node.value.elts)
+                          if (n := _arithmetic(v)) is not None]
     return found
 
 
@@ -112,11 +121,23 @@ def miss(reason: str) -> str:
     return SMALL if "running forward on" in reason or "building the model" in reason else "no match"
 
 
-def gate_one(path: Path, spatial: int, features: int, work: Path) -> dict[str, Any]:
+def inductor_port(source: str) -> Any:
+    """The inductor proposer's candidate for ``source`` on this CPU, or its ``Decline``."""
+    from kernelabd.propose.base import Budget, JobContext
+    from kernelabd.propose.inductor.proposer import InductorProposer
+
+    context = JobContext(job_id=0, problem="p", reference_source=source, device="cpu", budget=Budget(1, 600.0))
+    return InductorProposer(on_cpu=True).propose(context)
+
+
+PROPOSERS = {"template": attempt, "inductor": inductor_port}
+
+
+def gate_one(path: Path, spatial: int, features: int, work: Path, proposer: str = "template") -> dict[str, Any]:
     source, sizes = shrink(path.read_text(), spatial, features)
     row: dict[str, Any] = {"level": int(path.parent.name.removeprefix("level")), "problem": path.stem, "sizes": sizes}
     t0 = time.monotonic()
-    found = attempt(source)
+    found = PROPOSERS[proposer](source)
     if not hasattr(found, "source"):
         row.update(outcome=miss(found.reason), reason=found.reason[:300])
         return row
@@ -154,6 +175,8 @@ def main() -> int:
     ap.add_argument("--rows", default=str(ROOT / "bench/coverage/rows.json"), help="coverage rows: which match")
     ap.add_argument("--spatial", type=int, default=10)
     ap.add_argument("--features", type=int, default=16)
+    ap.add_argument("--proposer", choices=sorted(PROPOSERS), default="template",
+                    help="template: the problems a template matches; inductor: those none matches")
     ap.add_argument("--parallel", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--report", nargs="+", help="only rebuild OUT/gate.md from these gate.jsonl (a later row of a "
                                                  "problem, e.g. at larger sizes, supersedes an earlier one)")
@@ -171,12 +194,12 @@ def main() -> int:
     matched = {(r["level"], r["problem"]) for r in json.loads(Path(args.rows).read_text())["rows"] if r["template"]}
     levels = args.level or [1, 2]
     paths = [p for lv in levels for p in sorted((ROOT / f"bench/coverage/kernelbench/level{lv}").glob("*.py"))
-             if (lv, p.stem) in matched and (not args.only or p.stem in args.only)]
+             if ((lv, p.stem) in matched) == (args.proposer == "template") and (not args.only or p.stem in args.only)]
     work = Path(tempfile.mkdtemp(prefix="kernelab-gate-small-"))
     work.chmod(0o755)
     rows: list[dict[str, Any]] = []
     with ThreadPoolExecutor(args.parallel) as pool, open(out / "gate.jsonl", "w") as f:
-        for row in pool.map(lambda p: gate_one(p, args.spatial, args.features, work), paths):
+        for row in pool.map(lambda p: gate_one(p, args.spatial, args.features, work, args.proposer), paths):
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()

@@ -81,6 +81,14 @@ HELPERS = CENTER.replace("class Model(nn.Module):\n    def __init__(self):\n    
     .replace("return x - x.mean(dim=0, keepdim=True)",
              "x = x * self.scale.w\n        return x - x.mean(dim=0, keepdim=True)")
 
+# a scan: Inductor writes its combine function beside the kernel (``_triton_helper_fn_add0``);
+# reversed and masked, two kernels a shape; the extra shape's rows are wide enough that Inductor
+# loops over each row, carrying the running sum
+SCAN = CENTER.replace("return x - x.mean(dim=0, keepdim=True)",
+                      "return torch.cumsum((x * (x > 0)).flip(1), dim=1).flip(1)"
+                      " + torch.cumprod(x[:, :4], dim=1).sum()")
+SCAN_SIDECAR = "[[extra_shapes]]\nrows = 3\ncols = 3000\n"
+
 
 def example(name: str, sidecar: bool = True) -> tuple[str, str | None]:
     side = EXAMPLES / f"{name}.toml"
@@ -103,6 +111,7 @@ JOBS: dict[str, tuple[str, str | None]] = {
     "matmul": example("matmul", sidecar=False),
     "graph_break": (GRAPH_BREAK, None),
     "helpers": (HELPERS, None),
+    "scan": (SCAN, SCAN_SIDECAR),
 }
 
 
@@ -133,9 +142,10 @@ def assert_standalone(source: str) -> None:
 
 # a shape no port was generated at: symbolic sizes must serve it
 UNSEEN = "\n[[extra_shapes]]\nbatch_size = 5\ndim = 77\n"
+UNSEEN_SCAN = "\n[[extra_shapes]]\nrows = 5\ncols = 77\n"
 
 
-@pytest.mark.parametrize("name", ["softmax", "gelu_gate", "layernorm", "helpers"])
+@pytest.mark.parametrize("name", ["softmax", "gelu_gate", "layernorm", "helpers", "scan"])
 def test_generated_port_passes_the_real_gate(proposed, tmp_path, name):
     proposal, reason = proposed[name]
     assert proposal is not None, reason
@@ -147,7 +157,7 @@ def test_generated_port_passes_the_real_gate(proposed, tmp_path, name):
     assert proposal.params == {k: t.current for k, t in tunables.items()}
     source, sidecar = JOBS[name]
     if sidecar:                                    # its extra shape, and one never generated for
-        sidecar += UNSEEN
+        sidecar += UNSEEN_SCAN if name == "scan" else UNSEEN
     assert_passes(gate(tmp_path, name, source, sidecar, proposal.source))
 
 

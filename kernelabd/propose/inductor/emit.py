@@ -383,7 +383,7 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
     kernels = [k for sec in sections for k in sec.kernels]
     helper_names = set().union(*(k.helpers for k in kernels))
     helpers = helper_sources(helper_names)
-    texts = [k.text for k in kernels] + helpers
+    texts = [t for k in kernels for t in (*k.companions, k.text)] + helpers
     used = set().union(*(set(re.findall(r"\blibdevice\.(\w+)", t)) for t in texts))
     if interpreter and (missing := sorted(used - set(INTERPRETER_LIBDEVICE))):
         raise Unsupported(f"kernels use libdevice.{', libdevice.'.join(missing)}, which the Triton "
@@ -406,6 +406,7 @@ def port(capture: Capture, reference_source: str, interpreter: bool, helper_sour
         body += "\n\n" + src
     body += _interpreter_block(used, helper_names)
     for k in kernels:
+        body += "".join(f"\n\n{c.rstrip()}\n" for c in k.companions)
         body += f"\n\n@triton.jit\n{k.text.rstrip()}\n"
     for src in (launcher for sec in sections for launcher in sec.launchers):
         body += "\n\n" + src

@@ -16,6 +16,8 @@ FIXED_GRID = "FixedGrid"
 """Inductor's Triton templates (max-autotune's matmuls and convolutions) are launched on a
 grid the wrapper computes for the block sizes autotuning chose, passed as three extra launcher
 arguments after the kernel's own."""
+COMPANION_PREFIX = "_triton_helper_fn"
+"""What Inductor names the ``@triton.jit`` functions it writes beside a kernel (a scan's combine)."""
 BLOCKS = {"x": "XBLOCK", "y": "YBLOCK", "r": "R0_BLOCK"}
 
 
@@ -63,6 +65,7 @@ class Kernel:
     grid_type: str
     text: str                              # ``def …`` through the end, decorators removed
     helpers: set[str] = field(default_factory=set)
+    companions: list[str] = field(default_factory=list)   # ``_companions``, decorated, renamed
     # the launch configuration Inductor chose: a template's ``num_warps``/``num_stages`` from its
     # decorator; for other kernels what max-autotune's run settled on (``codegen.chosen_configs``)
     launch: dict[str, int] = field(default_factory=dict)
@@ -106,9 +109,11 @@ def parse_kernel(name: str, source: str) -> Kernel:
     """One kernel's source (as handed to ``async_compile.triton``) as a ``Kernel``."""
     tree = parse(source)
     fns = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    if len(fns) != 1 or fns[0].name != name:
+    kernel = [n for n in fns if n.name == name]
+    if len(kernel) != 1:
         raise Unsupported(f"kernel {name}: expected one function of that name in its source")
-    fn = fns[0]
+    fn = kernel[0]
+    companions = _companions(name, [n for n in fns if n is not fn], source)
     heuristic = None
     for dec in fn.decorator_list:
         if isinstance(dec, ast.Call) and dotted(dec.func).startswith("triton_heuristics."):
@@ -121,6 +126,8 @@ def parse_kernel(name: str, source: str) -> Kernel:
                           "reduction kernels are ported")
     kwargs = {k.arg: k.value for k in heuristic.keywords if k.arg}
     if kind == "template":
+        if companions:
+            raise Unsupported(f"template kernel {name} has helper functions beside it")
         return _template_kernel(name, fn, kwargs, source)
     size_hints = ast.literal_eval(kwargs["size_hints"]) if "size_hints" in kwargs else {}
     hint = kwargs.get("reduction_hint")
@@ -144,10 +151,34 @@ def parse_kernel(name: str, source: str) -> Kernel:
     if any(k in size_hints for k in ("r1_", "z")):
         raise Unsupported(f"kernel {name} tiles {sorted(size_hints)}; only x/y and one reduction dim are ported")
     text, helpers = _body(name, fn, source)
+    for helper in companions:
+        text = re.sub(rf"\b{helper}\b", f"{name}{helper}", text)
     return Kernel(name=name, kind=kind, params=params, constexprs=constexprs,
                   size_hints={k: int(v) for k, v in size_hints.items()},
                   reduction_hint=ast.unparse(hint).rsplit(".", 1)[-1] if hint is not None else None,
-                  grid_type=grid_type, text=text, helpers=helpers)
+                  grid_type=grid_type, text=text, helpers=helpers,
+                  companions=[f"@triton.jit\n{src}" for src in companions.values()])
+
+
+def _companions(name: str, others: list[ast.FunctionDef], source: str) -> dict[str, str]:
+    """The ``@triton.jit`` functions Inductor writes beside a kernel that uses them (a scan's
+    combine function, ``_triton_helper_fn_add0``), each renamed ``{name}{helper}``: kernels
+    of one output name theirs alike, so a candidate that holds several keeps each kernel's own.
+    Any other function beside the kernel is code this port does not know."""
+    found: dict[str, str] = {}
+    for fn in others:
+        jit = [d for d in fn.decorator_list if dotted(d) == "triton.jit"]
+        if not fn.name.startswith(COMPANION_PREFIX) or len(fn.decorator_list) != 1 or not jit:
+            raise Unsupported(f"kernel {name}: its source defines {fn.name}, which is not a "
+                              f"@triton.jit {COMPANION_PREFIX}* helper")
+        text, helpers = _body(name, fn, source)
+        if helpers:
+            raise Unsupported(f"kernel {name}: its helper {fn.name} uses triton_helpers")
+        found[fn.name] = text
+    for helper in found:
+        for other in found:
+            found[other] = re.sub(rf"\b{helper}\b", f"{name}{helper}", found[other])
+    return found
 
 
 def _body(name: str, fn: ast.FunctionDef, source: str) -> tuple[str, set[str]]:
