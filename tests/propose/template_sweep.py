@@ -40,8 +40,9 @@ class Recorder:
         launch = self.kernel[grid]
 
         def run(*args, **kwargs):
+            given = {**dict(zip(getattr(self.kernel, "arg_names", []), args)), **kwargs}
             launches.append({"kernel": self.name, "grid": list(grid),
-                             **{k: v for k, v in kwargs.items() if isinstance(v, (bool, int))}})
+                             **{k: v for k, v in given.items() if isinstance(v, (bool, int))}})
             return launch(*args, **kwargs)
         return run
 

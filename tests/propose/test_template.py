@@ -322,26 +322,32 @@ print("ok")
 
 
 def test_operands_are_read_in_place_unless_their_broadcast_needs_a_copy():
-    """``_operand``'s layout: output flat index ``k`` reads element ``k // d % n``. A bias, a
-    per-channel ``(C, 1, 1)`` scale, a per-row ``(M, 1)`` one and a full tensor are read where
-    they lie (BatchNorm's four per-channel vectors used to become four full-size copies); only a
-    broadcast inside the operand's dims or a non-contiguous one is expanded."""
+    """``_operand``'s layout: output flat index ``k`` reads element ``k // d % n``, or ``k``
+    itself where ``n`` is 0. A bias, a per-channel ``(C, 1, 1)`` scale, a per-row ``(M, 1)`` one
+    and a full tensor are read where they lie (BatchNorm's four per-channel vectors used to become
+    four full-size copies); only a broadcast inside the operand's dims or a non-contiguous one is
+    expanded. A full-size operand and a copy are read at ``k`` (``n`` 0), so that the kernel's
+    loads keep the output's contiguity."""
     scope: dict = {}
     exec("import math\nimport torch\n" + OPERAND_HELPER, scope)
     operand = scope["_operand"]
+
+    def read(laid: torch.Tensor, n: int, d: int, numel: int) -> torch.Tensor:
+        k = torch.arange(numel)
+        return laid.reshape(-1)[k if n == 0 else k // d % n]
+
     out = torch.Size((2, 3, 4, 5))
-    for shape, in_place in [((3, 1, 1), True), ((5,), True), ((2, 1, 1, 1), True), ((1, 3, 4, 5), True),
-                            ((2, 3, 4, 5), True), ((), True), ((4, 1), True),
-                            ((3, 1, 5), False), ((2, 1, 4, 1), False)]:
+    for shape, in_place, at_k in [((3, 1, 1), True, False), ((5,), True, False), ((2, 1, 1, 1), True, False),
+                                  ((1, 3, 4, 5), True, False), ((2, 3, 4, 5), True, True), ((), True, False),
+                                  ((4, 1), True, False), ((3, 1, 5), False, True), ((2, 1, 4, 1), False, True)]:
         t = torch.randn(shape)
         laid, n, d = operand(t, out)
         assert (laid.data_ptr() == t.data_ptr()) == in_place, shape
-        k = torch.arange(out.numel())
-        assert torch.equal(laid.reshape(-1)[k // d % n], t.expand(out).reshape(-1)), shape
+        assert (n == 0) == at_k, shape
+        assert torch.equal(read(laid, n, d, out.numel()), t.expand(out).reshape(-1)), shape
     wide = torch.randn(5, 3).t()                        # a transposed view: not contiguous
     laid, n, d = operand(wide, torch.Size((2, 3, 5)))
-    assert laid.is_contiguous() and torch.equal(laid.reshape(-1)[torch.arange(30) // d % n],
-                                                wide.expand(2, 3, 5).reshape(-1))
+    assert laid.is_contiguous() and n == 0 and torch.equal(read(laid, n, d, 30), wide.expand(2, 3, 5).reshape(-1))
 
 
 def test_packing_copies_only_operands_that_are_not_k_major_and_aligned(tmp_path):

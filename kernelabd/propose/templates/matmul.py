@@ -339,7 +339,7 @@ def _epilogue(epilogue: common.Chain, row: str = "rm[:, None]", col: str = "rn[N
     """The elementwise chain on ``acc``, its operands read at the output's flat index (and its
     positional ops at the element's ``row`` and ``col``)."""
     places = [f"_row = {row}", f"_col = {col}"] if epilogue.positional else []
-    return [*places, *epilogue.full_loads("offs", "cmask"), *epilogue.lines]
+    return [*places, *epilogue.loads("offs", "cmask"), *epilogue.lines]
 
 
 def _store(result: str) -> list[str]:
@@ -407,8 +407,7 @@ output contiguous); a plain product is a batch of one."""
 def matmul_kernel(name: str, epilogue: common.Chain, precision: str) -> str:
     """``c = epilogue(a @ b)``, split-K capable, batched along the grid's second axis."""
     finish = _epilogue(epilogue) + _store(epilogue.result or "acc")
-    args = (f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn, sab, sbb{epilogue.kernel_args()}"
-            f"{epilogue.full_constexprs()}")
+    args = f"a_ptr, b_ptr, c_ptr, ws_ptr, M, N, K, sam, sak, sbk, sbn, sab, sbb{epilogue.kernel_args()}"
     return tile_kernel(name, args, [Operand("b_ptr", "sbk", "sbn", "b")], ["acc"], finish, True, precision,
                        BATCH_BASES, epilogue.zeroed_tile)
 
@@ -434,8 +433,8 @@ def splitk_kernel(epilogue: common.Chain) -> str:
              "    acc += tl.sum(part, axis=0)",
              *_epilogue(epilogue, "offs // N", "offs % N"),
              f"tl.store(c_ptr + offs, {epilogue.result or 'acc'}, mask=cmask)"]
-    return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()}"
-            f"{epilogue.full_constexprs()},\n                  BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr, "
+    return (f"\n\n@triton.jit\ndef splitk_kernel(ws_ptr, c_ptr, M, N, SPLIT_K{epilogue.kernel_args()},\n"
+            f"                  BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr, "
             "INDEX_64: tl.constexpr):\n" + _indent(lines, 1))
 
 
@@ -474,22 +473,21 @@ def _strides(b: str, transposed: bool) -> str:
 
 LAUNCH_HELPER = f'''
 
-def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue, tensors=0):
+def _launch(a, b, sbk, sbn, c, M, N, K, block_n, epilogue):
     """``c = epilogue(a @ b)`` for ``b`` of logical (K, N) strides ``sbk``, ``sbn``; the epilogue's
-    first ``tensors`` operands are ``_operand``'s (tensor, n, d), read without wrapping when full-size.
-    3-dim ``a``, ``b`` and ``c`` are a batch of products (no epilogue operands then)."""
+    operands as the kernel takes them (``_operand``'s, then scalars). 3-dim ``a``, ``b`` and ``c``
+    are a batch of products (no epilogue operands then)."""
     batch = a.shape[0] if a.dim() == 3 else 1
     grid, split, meta = _plan(a, [(b, sbk, sbn)], M, N, K, block_n, batch=batch)
-    full = {{f"T{{i}}_FULL": epilogue[3 * i + 1] == M * N for i in range(tensors)}}
     ws = torch.empty((split, M, N), device=c.device, dtype=torch.float32) if split > 1 else c
     sab, sbb = (a.stride(0), b.stride(0)) if batch > 1 else (0, 0)
     matmul_kernel[grid](a, b, c, ws, M, N, K, a.stride(-2), a.stride(-1), sbk, sbn, sab, sbb, *epilogue,
-                        SPLIT_K=split, **meta, **full)
+                        SPLIT_K=split, **meta)
     if split > 1:
         slices = min(triton.next_power_of_2(split), {SPLITK_SLICES})
         block = {SPLITK_PARTIALS} // slices
         splitk_kernel[(triton.cdiv(M * N, block),)](ws, c, M, N, split, *epilogue, BLOCK=block, SPLIT_BLOCK=slices,
-                            INDEX_64=_index_64(M, N), **full)
+                            INDEX_64=_index_64(M, N))
     return c
 '''
 
@@ -515,7 +513,7 @@ def {name}(self, {signature}):
     if PACK == 1 or (PACK == 2 and TMA and not _addressable(a, b, sbk, sbn)):
         a, b, sbk, sbn, K = _pack(a, {b_nk}, K)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)}, {len(op.epilogue.tensors)})
+    _launch(a, b, sbk, sbn, c, M, N, K, BLOCK_N, {_epilogue_args(op.epilogue)})
     return c.reshape(shape)
 '''
 
