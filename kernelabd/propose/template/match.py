@@ -509,7 +509,7 @@ def match_conv(g: Graph, init: list[Any], precision: str) -> Match | None:
     spec = conv.Conv(x, weight, bias, op.attrs["stride"], op.attrs["padding"], op.attrs["dilation"],
                      chain, precision, channel, dims=op.attrs["dims"], groups=op.attrs["groups_expr"],
                      transposed=op.attrs["transposed"], output_padding=op.attrs["output_padding"],
-                     taps=math.prod(w_shape[2:]))
+                     taps=math.prod(w_shape[2:]), group_in=0 if op.attrs["transposed"] else w_shape[1])
     what = " + ".join([op.kind, *(["bias"] if bias is not None else []), *(o.kind for o in rest)])
     if kernel == "direct":
         return Match(*depthwise.render(spec, g.signature, *init, what))

@@ -56,10 +56,17 @@ def seed(op: Conv) -> dict[str, int]:
     registers, no stack). A 1×1 convolution reads its input channels-first: its K run is one
     channel per pixel, already coalesced along the pixels, and the channels-last copies cost
     more than the kernel gains (KernelBench L1 #87 on an H100: 6.30 ms channels-first against
-    28.6 ms with the copies, cuDNN 9.18 ms; bench/port/results/2026-12-07-h100-s23)."""
-    start = {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 else TUNE_START
+    28.6 ms with the copies, cuDNN 9.18 ms; bench/port/results/2026-12-07-h100-s23). With few
+    input channels (``FEW_CHANNELS``) a K step of 16 is two or more whole taps, and the kernel
+    ran 1.78× faster than at 32 (KernelBench L2 #92's 3×3 over 8 channels on an H100: 1499 µs
+    against 2668; bench/port/results/2026-12-07-h100-s25)."""
+    few = 0 < op.group_in <= FEW_CHANNELS and op.taps > 1
+    start = {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 or few else TUNE_START
     return {**start, "CHANNELS_LAST": 0} if op.taps == 1 else start
 
+
+FEW_CHANNELS = 8
+"""Input channels a group at or below which the seed's K step is 16 (``seed``)."""
 
 RESOURCES = {"smem": [["BLOCK_M", "BLOCK_K"], ["BLOCK_K", "BLOCK_N"]], "acc": [["BLOCK_M", "BLOCK_N"]],
              "regs": [["BLOCK_M", "BLOCK_K"]]}
@@ -159,6 +166,7 @@ class Conv:
     transposed: bool = False
     output_padding: str | None = None
     taps: int = 0               # kernel elements per input channel (KH·KW...), 0 when unknown
+    group_in: int = 0           # a (non-transposed) convolution's input channels a group, 0 when unknown
 
     @property
     def name(self) -> str:
