@@ -98,10 +98,12 @@ def seed(problem: Path, proposer: Proposer) -> tuple[str, str] | str:
     An Inductor port's timed kernels are specialised to the shape it was captured at (other
     shapes run a copy), so it is captured at the GPU's sizes, the ones compiled here."""
     sidecar = load_problem(problem).sidecar
+    device = "cpu"
     if isinstance(proposer, InductorProposer):
         sidecar = replace(sidecar, sizes={**sidecar.sizes, "cpu": sidecar.constants_for("cuda")})
+        device = "cuda" if torch.cuda.is_available() else device    # Inductor's GPU code, on one
     ctx = JobContext(job_id=0, problem=problem.stem, reference_source=problem.read_text(),
-                     device="cpu", budget=Budget(candidates_left=1, seconds_left=600.0), sidecar=sidecar)
+                     device=device, budget=Budget(candidates_left=1, seconds_left=600.0), sidecar=sidecar)
     answer = proposer.propose(ctx)
     if not isinstance(answer, Proposal):
         return answer.reason or "no candidate"

@@ -11,14 +11,19 @@
 # "odd" (session 24: a conv output whose pixel count is odd, one image a program; L2 #83's forward
 # reads module constants); "red" (session 24: a split reduction that fills the SMs); "gn" (GroupNorm's
 # programs in one wave or two: 40 registers at 8 warps hold 6 programs an SM, 792 on an H100);
-# "norm" (L2 normalisation as a row kernel; BatchNorm's constexpr operands).
+# "norm" (L2 normalisation as a row kernel; BatchNorm's constexpr operands); "mm24"/"ep24" (session 24:
+# einsum as a matmul, triu/tril as a matmul epilogue; level 2 GEMM and conv epilogues newly matched);
+# "ep25" (session 25: L2 #92 after full-size operands are read without "% n", with variants of its
+# conv and logsumexp stages); "red2", "norm2", "conv2b" (the problems the earlier sets' limits cut);
+# "scan" (the inductor proposer's port of cumulative sums and products, which no template matches);
+# "fewc" (a K step of 16 for convolutions over few input channels, against the former 32).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
 export PYTHONUNBUFFERED=1
 KB=bench/coverage/kernelbench
 for SPEC in ${SETS:?NAME:SECONDS ...}; do
-  S=${SPEC%%:*}; LIMIT=${SPEC##*:}; R=$OUT/$S; mkdir -p $R; VARIANTS=""
+  S=${SPEC%%:*}; LIMIT=${SPEC##*:}; R=$OUT/$S; mkdir -p $R; VARIANTS=""; PROPOSER=template
   case $S in
     l1gemm) L=level1; ONLY="4_Matrix_vector_multiplication_ 7_Matmul_with_small_K_dimension_ 9_Tall_skinny_matrix_multiplication_
       10_3D_tensor_matrix_multiplication 13_Matmul_for_symmetric_matrices 16_Matmul_with_transposed_A 17_Matmul_with_transposed_B" ;;
@@ -41,6 +46,17 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     odd) L=level2; ONLY="27_Conv3d_HardSwish_GroupNorm_Mean 83_Conv3d_GroupNorm_Min_Clamp_Dropout" ;;
     red) L=level1; ONLY="37_FrobeniusNorm_ 35_GroupNorm_" ;;
     gn) L=level1; ONLY="35_GroupNorm_" VARIANTS="w4:num_warps=4 b1kw4:BLOCK=1024,num_warps=4 b4kw16:BLOCK=4096,num_warps=16" ;;
+    mm24) L=level1; ONLY="11_4D_tensor_matrix_multiplication 14_Matmul_for_upper_triangular_matrices 15_Matmul_for_lower_triangular_matrices" ;;
+    ep24) L=level2; ONLY="80_Gemm_Max_Subtract_GELU 92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp" ;;
+    ep25) L=level2; ONLY="92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp"
+      VARIANTS="i128:s2_BLOCK_INNER=128 i256t8k:s2_BLOCK_INNER=256,s2_TILE=8192,s2_num_warps=8 w8:s2_num_warps=8,s2_STAGES=2
+        k16:BLOCK_K=16 cl0:CHANNELS_LAST=0 m64w4:BLOCK_M=64,num_warps=4,num_stages=4" ;;
+    scan) L=level1; ONLY="89_cumsum 91_cumsum_reverse 93_masked_cumsum" PROPOSER=inductor ;;
+    fewc) L=level2; ONLY="92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp 73_Conv2d_BatchNorm_Scaling"
+      VARIANTS="k32:BLOCK_K=32" ;;
+    red2) L=level1; ONLY="37_FrobeniusNorm_" ;;
+    norm2) L=level1; ONLY="39_L2Norm_" ;;
+    conv2b) L=level2; ONLY="73_Conv2d_BatchNorm_Scaling 6_Conv3d_Softmax_MaxPool_MaxPool" ;;
     norm) L=level1; ONLY="39_L2Norm_ 33_BatchNorm" ;;
     ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_ 39_L2Norm_" ;;
     ops2) L=level2; ONLY="52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling 89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
@@ -56,7 +72,7 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
       VARIANTS="k32:BLOCK_K=32 k32p:BLOCK_K=32,PERSISTENT=1 k32ts:BLOCK_K=32,TMA=1,TMA_STORE=1,PERSISTENT=1
         n256k32:BLOCK_N=256,BLOCK_K=32 m64k32w4:BLOCK_M=64,BLOCK_K=32,num_warps=4,num_stages=4" ;;
   esac
-  timeout $LIMIT python3 bench/port/seeds.py --out $R --problems $KB/$L --only $ONLY --peers default --profile 3 \
+  timeout $LIMIT python3 bench/port/seeds.py --out $R --problems $KB/$L --only $ONLY --peers default --profile 3 --proposer $PROPOSER \
     --max-timing-s 1.5 ${VARIANTS:+--variant $VARIANTS} > $R/log.txt 2>&1; echo "$S rc=$?"
 done
 for S in $OUT/*/; do sed -n '/^| problem/,/^$/p' $S/seeds.md 2>/dev/null | cut -c1-160; done
