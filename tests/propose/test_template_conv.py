@@ -183,7 +183,7 @@ def test_an_output_whose_sides_are_not_multiples_of_16_is_stored_in_vectors_on_s
 CONV_ODD = CONV_BN_SIZED.replace("H = 10", "H = 13").replace("self.bn(self.conv(x)) * 2.0", "torch.relu(self.conv(x))")
 """A 13×13 input: an 11×11 output, 121 pixels an image, odd."""
 
-STORE_LAYOUT = """
+COMPILED_SM90 = """
 import os, re, sys, importlib.util
 os.environ.pop("TRITON_INTERPRET", None)
 import torch
@@ -195,7 +195,10 @@ spec.loader.exec_module(module)
 with TritonCompileOnly() as compiled:
     module.ModelNew()(torch.randn(3, 3, 13, 13))
 (kernel, _), = compiled.kernels
-ir = kernel.asm["ttgir"]
+"""
+"""Compiles the candidate at ``argv[1]`` for sm_90 (no GPU): ``kernel`` is its one kernel."""
+
+STORE_LAYOUT = COMPILED_SM90 + """ir = kernel.asm["ttgir"]
 (layout,) = re.findall(r"tt\\.store .*#(blocked\\d*)>", ir)
 print(re.search(rf"#{layout} = .*threadsPerWarp = \\[(\\d+), (\\d+)\\]", ir).groups())
 """
@@ -217,6 +220,28 @@ def test_an_odd_pixel_count_takes_one_image_a_program_and_stores_along_the_pixel
                          timeout=600, cwd=Path(__file__).resolve().parents[2])
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["('32',", "'1')"], run.stdout
+
+
+GATHER_COPIES = COMPILED_SM90 + """
+print(sorted(set(re.findall(r"cp\\.async\\.\\w+\\.shared\\.global \\[[^\\]]*\\], \\[[^\\]]*\\], (0x\\w+)",
+                           kernel.asm["ptx"]))))
+"""
+"""Compiles the candidate at ``argv[1]`` for sm_90 (no GPU) and prints the byte sizes of its
+asynchronous global-to-shared copies."""
+
+
+def test_three_input_channels_are_padded_to_four_and_gathered_in_16_byte_copies_on_sm90(tmp_path):
+    """Channels-last, a tap's 3 input channels were 3 copies of 4 bytes (``cp.async`` 0x4 only;
+    the gather bound the kernel: bench/port/results/2026-12-07-h100-s25). Padded to 4 with zeros
+    (``PAD_CHANNELS``) and with the strides derived from a constant channel count, they are one
+    16-byte copy; the zeros leave the sum as it was, at the timed shape and an odd one."""
+    found = instantiate(CONV_ODD)
+    assert found is not None and "CHANNELS_LAST = 1" in found.source
+    assert_passes(gate(tmp_path, "conv_pad", CONV_ODD, "[[extra_shapes]]\nH = 9\n", found.source))
+    run = subprocess.run([sys.executable, "-c", GATHER_COPIES, str(tmp_path / "conv_pad.new.py")],
+                         capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "'0x10'" in run.stdout, run.stdout
 
 
 def test_rows_tile_each_image_only_where_a_flat_index_hides_the_pixels_and_little_idles():
