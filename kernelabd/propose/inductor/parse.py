@@ -151,12 +151,10 @@ def parse_kernel(name: str, source: str) -> Kernel:
     if any(k in size_hints for k in ("r1_", "z")):
         raise Unsupported(f"kernel {name} tiles {sorted(size_hints)}; only x/y and one reduction dim are ported")
     text, helpers = _body(name, fn, source)
-    for helper in companions:
-        text = re.sub(rf"\b{helper}\b", f"{name}{helper}", text)
     return Kernel(name=name, kind=kind, params=params, constexprs=constexprs,
                   size_hints={k: int(v) for k, v in size_hints.items()},
                   reduction_hint=ast.unparse(hint).rsplit(".", 1)[-1] if hint is not None else None,
-                  grid_type=grid_type, text=text, helpers=helpers,
+                  grid_type=grid_type, text=_renamed(text, name, companions), helpers=helpers,
                   companions=[f"@triton.jit\n{src}" for src in companions.values()])
 
 
@@ -175,10 +173,14 @@ def _companions(name: str, others: list[ast.FunctionDef], source: str) -> dict[s
         if helpers:
             raise Unsupported(f"kernel {name}: its helper {fn.name} uses triton_helpers")
         found[fn.name] = text
-    for helper in found:
-        for other in found:
-            found[other] = re.sub(rf"\b{helper}\b", f"{name}{helper}", found[other])
-    return found
+    return {helper: _renamed(text, name, found) for helper, text in found.items()}
+
+
+def _renamed(text: str, name: str, helpers: dict[str, str]) -> str:
+    """``text`` with each of ``helpers`` called by its per-kernel name, ``{name}{helper}``."""
+    for helper in helpers:
+        text = re.sub(rf"\b{helper}\b", f"{name}{helper}", text)
+    return text
 
 
 def _body(name: str, fn: ast.FunctionDef, source: str) -> tuple[str, set[str]]:
