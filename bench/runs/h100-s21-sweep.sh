@@ -16,7 +16,9 @@
 # "ep25" (session 25: L2 #92 after full-size operands are read without "% n", with variants of its
 # conv and logsumexp stages); "red2", "norm2", "conv2b" (the problems the earlier sets' limits cut);
 # "scan" (the inductor proposer's port of cumulative sums and products, which no template matches);
-# "fewc" (a K step of 16 for convolutions over few input channels, against the former 32).
+# "fewc" (a K step of 16 for convolutions over few input channels, against the former 32);
+# "dir2", "dir1a", "dir1b" (session 26: the direct K loop over few input channels, against the
+# implicit GEMM, and on L1 #63's 16 channels; "dirq", "dirq1" the same, fewer, for a short call).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
@@ -58,6 +60,19 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     norm2) L=level1; ONLY="39_L2Norm_" ;;
     conv2b) L=level2; ONLY="73_Conv2d_BatchNorm_Scaling 6_Conv3d_Softmax_MaxPool_MaxPool" ;;
     norm) L=level1; ONLY="39_L2Norm_ 33_BatchNorm" ;;
+    dir2) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 27_Conv3d_HardSwish_GroupNorm_Mean 83_Conv3d_GroupNorm_Min_Clamp_Dropout
+      92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp 73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
+      VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8 g64:DIRECT=0,CHANNELS_LAST=1,BLOCK_M=64,num_warps=4,num_stages=4
+        w8:num_warps=8 m64:BLOCK_M=64 n16:BLOCK_N=16" ;;
+    dir1a) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel"
+      VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8 w8:num_warps=8 n16:BLOCK_N=16" ;;
+    dirq) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp
+      73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
+      VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8 g64:DIRECT=0,CHANNELS_LAST=1,BLOCK_M=64,num_warps=4,num_stages=4
+        w8:num_warps=8" ;;
+    dirq1) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel" VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8" ;;
+    dir1b) L=level1; ONLY="63_conv_standard_2D__square_input__square_kernel"
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirn32:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_N=32" ;;
     ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_ 39_L2Norm_" ;;
     ops2) L=level2; ONLY="52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling 89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
     convx) L=level1; ONLY="87_conv_pointwise_2D 54_conv_standard_3D__square_input__square_kernel 86_conv_depthwise_separable_2D"

@@ -20,7 +20,7 @@ import torch
 
 from kernelabd.propose.template.proposer import instantiate
 from kernelabd.propose.templates.conv import GEOMETRY_HELPER, INSIDE_HELPER, ROWS_HELPER
-from kernelabd.propose.tune import apply_edit, parse_tunables
+from kernelabd.propose.tune import apply_edit, known_good, parse_tunables
 from tests.gating import assert_passes, gate
 from tests.propose.test_template import reference, sidecar_of
 
@@ -44,20 +44,27 @@ def test_bench_problem_conv2d_relu_biasadd_passes_the_gate(tmp_path):
                     "3xTF32 dots")
     assert ', "tf32x3")' in candidate and "_operand(" not in candidate, "TF32 off; (C_out, 1, 1) read per channel"
     assert [t.name for t in parse_tunables(candidate)] == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages",
-                                                           "CHANNELS_LAST"]
+                                                           "CHANNELS_LAST", "DIRECT"]
     assert_passes(gate(tmp_path, "conv2d_relu_biasadd", source, sidecar, candidate))
 
 
-@pytest.mark.parametrize("channels_last", [1, 0])
-def test_strided_padded_conv_on_an_odd_size_passes_the_gate(tmp_path, channels_last):
-    """Both K orders: (kh, kw, ci) over channels-last copies, the seed's, and (ci, kh, kw) over
-    the operands as given."""
+@pytest.mark.parametrize("settings", [{}, {"CHANNELS_LAST": 0}, {"DIRECT": 1, "CHANNELS_LAST": 0},
+                                      {"DIRECT": 1, "CHANNELS_LAST": 1}], ids=["seed", "gemm", "direct", "direct_cl"])
+def test_strided_padded_conv_on_an_odd_size_passes_the_gate(tmp_path, settings):
+    """Three input channels: the seed's implicit GEMM in both K orders, (kh, kw, ci) over
+    channels-last copies and (ci, kh, kw) over the operands as given, and the direct loop the
+    tuner starts with over few channels, over the operands as given and over the copies."""
     source = conv_reference("nn.Conv2d(3, 5, 3, stride=2, padding=1, dilation=1)")
     found = instantiate(source)
-    assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias)")
-    (flag,) = [t for t in parse_tunables(found.source) if t.name == "CHANNELS_LAST"]
-    assert flag.current == 1
-    candidate = apply_edit(found.source, flag, channels_last) if channels_last != flag.current else found.source
+    assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias) as implicit GEMM")
+    tunables = {t.name: t for t in parse_tunables(found.source)}
+    assert {name: tunables[name].current for name in ("DIRECT", "CHANNELS_LAST")} == {"DIRECT": 0, "CHANNELS_LAST": 1}
+    first, then = known_good(found.source)[:2]
+    assert first == {name: t.current for name, t in tunables.items()}, "the seed first"
+    assert (then["DIRECT"], then["CHANNELS_LAST"]) == (1, 0), "then the direct loop over the operands as given"
+    candidate = found.source
+    for name, value in settings.items():
+        candidate = apply_edit(candidate, tunables[name], value)
     assert_passes(gate(tmp_path, "conv_s2_p1", source, None, candidate))
 
 
@@ -108,8 +115,19 @@ def test_every_rank_grouping_and_transposition_passes_the_gate(tmp_path, name):
     conv, inputs, forward, what = OTHER_CONVS[name]
     source = conv_reference(conv, forward=forward, inputs=inputs)
     found = instantiate(source)
-    assert found is not None and found.edit.startswith(f"template: {what} as implicit GEMM"), found and found.edit
+    assert found is not None and found.edit.startswith(f"template: {what} as "), found and found.edit
     assert_passes(gate(tmp_path, name, source, None, found.source))
+
+
+@pytest.mark.parametrize("name", [name for name in OTHER_CONVS if not name.startswith("transpose")])
+def test_every_rank_and_grouping_passes_the_gate_as_a_direct_convolution_too(tmp_path, name):
+    """The convolutions above over few input channels, in the direct loop (``DIRECT`` 1, which
+    the tuner screens first there): each rank, groups, strides, dilation and "same" padding."""
+    conv, inputs, forward, _ = OTHER_CONVS[name]
+    source = conv_reference(conv, forward=forward, inputs=inputs)
+    found = instantiate(source)
+    (flag,) = [t for t in parse_tunables(found.source) if t.name == "DIRECT"]
+    assert_passes(gate(tmp_path, name, source, None, apply_edit(found.source, flag, 1)))
 
 
 def test_a_pointwise_conv_starts_channels_first_and_passes_the_gate(tmp_path):

@@ -31,21 +31,39 @@ from dataclasses import dataclass, field
 from kernelabd.propose.templates import common
 
 TUNE_VALUES = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64],
-               "num_warps": [4, 8], "num_stages": [2, 3, 4], "CHANNELS_LAST": [0, 1]}
+               "num_warps": [4, 8], "num_stages": [2, 3, 4], "CHANNELS_LAST": [0, 1], "DIRECT": [0, 1]}
 TUNE_START = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num_stages": 3,
-              "CHANNELS_LAST": 1}
+              "CHANNELS_LAST": 1, "DIRECT": 0}
 """8 warps, so that the tile does not spill; ``CHANNELS_LAST``: input and weight are copied
 channels-last first, so that a K run is ``C_in`` contiguous floats rather than a gather across
-planes (figures: bench/port/README.md, "Template seeds")."""
+planes (figures: bench/port/README.md, "Template seeds"); ``DIRECT``: the K loop as a direct
+convolution (``_direct``), which a transposed convolution does not have."""
+DIRECT_START = {**TUNE_START, "DIRECT": 1, "CHANNELS_LAST": 0, "BLOCK_M": 128, "num_warps": 4}
+"""The direct loop over the operands as given, whose pixel loads run along the input rows."""
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
     "any": [TUNE_START, {**TUNE_START, "BLOCK_M": 64, "num_warps": 4, "num_stages": 4},
             {**TUNE_START, "BLOCK_K": 64}, {**TUNE_START, "BLOCK_N": 128, "num_stages": 2}],
+    "few": [{**TUNE_START, "BLOCK_K": 16}, DIRECT_START, {**DIRECT_START, "num_warps": 8},
+            {**DIRECT_START, "BLOCK_M": 64}, {**TUNE_START, "BLOCK_K": 16, "BLOCK_M": 64, "num_warps": 4,
+                                              "num_stages": 4}],
 }
 """Known-good starting configurations on sm_90, the seed first (the tuner's accepted step on the
 H200, BLOCK_M 128, is in it), then the screened step that three 1-minute H200 ports accepted
 first (conv2d, a strided ConvTranspose2d of bench/port and KernelBench L2 #2: 1.08-1.39× the
-seed; bench/port/results/2026-12-04-h200-s16-conv), then the neighbours tried next. Each dict
-sets every tunable."""
+seed; bench/port/results/2026-12-04-h200-s16-conv), then the neighbours tried next. Over few
+input channels (``few``): the seed, then the direct loop (``_direct``) and its neighbours, which
+the tuner screens first. Each dict sets every tunable."""
+
+
+def tune_values(op: Conv) -> dict[str, list[int]]:
+    """The tunables a convolution declares: a transposed one has no direct loop."""
+    return {k: v for k, v in TUNE_VALUES.items() if not (op.transposed and k == "DIRECT")}
+
+
+def starts(op: Conv) -> list[dict[str, int]]:
+    """``SM90_STARTS`` for ``op``, over the tunables it declares."""
+    names = tune_values(op)
+    return [{k: v for k, v in start.items() if k in names} for start in SM90_STARTS["few" if _few(op) else "any"]]
 
 
 def seed(op: Conv) -> dict[str, int]:
@@ -60,13 +78,21 @@ def seed(op: Conv) -> dict[str, int]:
     input channels (``FEW_CHANNELS``) a K step of 16 is two or more whole taps, and the kernel
     ran 1.78× faster than at 32 (KernelBench L2 #92's 3×3 over 8 channels on an H100: 1499 µs
     against 2668; bench/port/results/2026-12-07-h100-s25)."""
-    few = 0 < op.group_in <= FEW_CHANNELS and op.taps > 1
-    start = {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 or few else TUNE_START
-    return {**start, "CHANNELS_LAST": 0} if op.taps == 1 else start
+    start = {**TUNE_START, "BLOCK_K": 16} if op.dims == 3 or _few(op) else TUNE_START
+    start = {**start, "CHANNELS_LAST": 0} if op.taps == 1 else start
+    return {k: v for k, v in start.items() if k in tune_values(op)}
+
+
+def _few(op: Conv) -> bool:
+    """Whether ``op`` (not transposed) has few input channels a group (``FEW_CHANNELS``) and
+    more than one tap: a K step of 16 is then two or more whole taps, and the tuner tries the
+    direct loop first."""
+    return 0 < op.group_in <= FEW_CHANNELS and op.taps > 1
 
 
 FEW_CHANNELS = 8
-"""Input channels a group at or below which the seed's K step is 16 (``seed``)."""
+"""Input channels a group at or below which the seed's K step is 16 (``seed``) and the tuner
+starts with the direct loop (``SM90_STARTS["few"]``)."""
 
 PAD_CHANNELS = 4
 """Channels-last copies pad a group's input channels to a multiple of this (zeros in input and
@@ -216,8 +242,10 @@ def call_args(op: Conv) -> str:
 
 def _params(axes: tuple[str, ...], transposed: bool) -> str:
     """The kernel's size parameters, in ``_geometry``'s order (a transposed convolution's tap
-    steps last)."""
-    names = ["{A}", "O{A}", "K{A}", "stride_{a}", "pad_{a}", "dil_{a}"] + (["step_{a}"] if transposed else [])
+    steps last); a convolution's kernel sizes are compile-time constants, so that its direct
+    loop unrolls the taps."""
+    names = ["{A}", "O{A}", "K{A}" if transposed else "K{A}: tl.constexpr", "stride_{a}", "pad_{a}", "dil_{a}"]
+    names += ["step_{a}"] if transposed else []
     return ", ".join(name.format(a=a, A=a.upper()) for name in names for a in axes)
 
 
@@ -303,6 +331,33 @@ def _dense_strides(axes: tuple[str, ...]) -> list[str]:
     return [*lines, f"    sxn = {below}"]
 
 
+def _direct(axes: tuple[str, ...]) -> list[str]:
+    """The K loop as a direct convolution (``DIRECT``): for each input channel and each tap (the
+    kernel sizes are compile-time constants, so the taps unroll), the tile's shifted input
+    pixels times the tap's weights of the tile's output channels, an outer product accumulated
+    in fp32 FMAs. With few input channels a dot's K step is a few taps, and the implicit GEMM
+    was bound by its gather's address arithmetic, not by its products; here an input pixel is
+    one load for all of the tile's output channels, and the loads run along the input rows."""
+    lines = ["for ci in range(0, C):",
+             "    x_c = x_ptr + x_row + (g * C + ci) * sxc",
+             "    w_c = w_ptr + (g * N + rn) * swo + ci * swc"]
+    mask, depth = "row_ok", 1
+    for a in axes:
+        pad, at = "    " * depth, f"in_{a}0 + k{a} * dil_{a}"
+        lines += [f"{pad}for k{a} in tl.static_range(K{a.upper()}):",
+                  f"{pad}    if BORDERS:",
+                  f"{pad}        m_{a} = {mask} & ({at} >= 0) & ({at} < {a.upper()})",
+                  f"{pad}    else:",
+                  f"{pad}        m_{a} = {mask}"]
+        mask, depth = f"m_{a}", depth + 1
+    pad = "    " * depth
+    x_off = " + ".join(f"k{a} * (dil_{a} * sx{a})" for a in axes)
+    w_off = " + ".join(f"k{a} * sw{a}" for a in axes)
+    return [*lines, f"{pad}xv = tl.load(x_c + {x_off}, mask={mask}, other=0.0).to(tl.float32)",
+            f"{pad}wv = tl.load(w_c + {w_off}, mask=rn < N, other=0.0).to(tl.float32)",
+            f"{pad}acc += xv[:, None] * wv[None, :]"]
+
+
 def indent(lines: list[str], spaces: int) -> str:
     return "".join(f"{' ' * spaces}{line}\n" for line in lines)
 
@@ -339,9 +394,25 @@ def kernel(op: Conv) -> str:
     w_co, w_ci = ("rn", "(g * C + ci)") if op.transposed else ("(g * N + rn)", "ci")
     pixels = "P" if not op.transposed else " * ".join(out_sizes)
     w_mask = "".join(f" & (k{a}[:, None] < K{a.upper()})" for a in axes) if op.transposed else ""
+    gemm = [
+        "for k in range(0, tl.cdiv(K, BLOCK_K)):",
+        "    kk = k * BLOCK_K + rk",
+        "    if CHANNELS_INNER:", *(f"        {line}" for line in k_inner),
+        "    else:", *(f"        {line}" for line in k_outer),
+        f"    {x_col}",
+        "    amask = row_ok[:, None] & (kk[None, :] < K)",
+        *(f"    {line}" for line in _borders(op, axes)),
+        "    a = tl.load(x_ptr + x_row[:, None] + x_col[None, :], mask=amask, other=0.0)",
+        f"    b = tl.load(w_ptr + {w_co}[None, :] * swo + {w_ci}[:, None] * swc + {w_off},",
+        f"                mask=(kk[:, None] < K) & (rn[None, :] < N){w_mask}, other=0.0)",
+        f'    acc += _dot(a, b, "{op.precision}")']
+    if not op.transposed:
+        gemm = ["if DIRECT:", *(f"    {line}" for line in _direct(axes)), "else:", *(f"    {line}" for line in gemm)]
+    loop = indent(gemm, 4)
     body = indent(op.epilogue.lines, 4)
     pixel_names, tap_names = ", ".join(f"o{a}" for a in axes), ", ".join(f"k{a}" for a in axes)
-    borders = "" if op.transposed else ", BORDERS: tl.constexpr, RUN: tl.constexpr, PER_IMAGE: tl.constexpr"
+    borders = ("" if op.transposed else
+               ", BORDERS: tl.constexpr, RUN: tl.constexpr, PER_IMAGE: tl.constexpr, DIRECT: tl.constexpr")
     strides = ", ".join([*(f"sx{a}" for a in axes)])
     wstrides = ", ".join([*(f"sw{a}" for a in axes)])
     return f"""
@@ -359,17 +430,7 @@ def {op.name}_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sxn, sxc, {strides}, swo, swc, 
     rk = tl.arange(0, BLOCK_K)
 {indent(rows, 4)}    K = C * {" * ".join(k_sizes)}
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-        if CHANNELS_INNER:
-{indent(k_inner, 12)}        else:
-{indent(k_outer, 12)}        {x_col}
-        amask = row_ok[:, None] & (kk[None, :] < K)
-{indent(_borders(op, axes), 8)}        a = tl.load(x_ptr + x_row[:, None] + x_col[None, :], mask=amask, other=0.0)
-        b = tl.load(w_ptr + {w_co}[None, :] * swo + {w_ci}[:, None] * swc + {w_off},
-                    mask=(kk[:, None] < K) & (rn[None, :] < N){w_mask}, other=0.0)
-        acc += _dot(a, b, "{op.precision}")
-    co = g * N + rn
+{loop}    co = g * N + rn
     if HAS_BIAS:
         acc += tl.load(b_ptr + co[None, :] * sbn, mask=rn[None, :] < N, other=0.0).to(tl.float32)
     cmask = row_ok[:, None] & (rn[None, :] < N)
@@ -389,7 +450,7 @@ def forward(op: Conv, signature: str) -> str:
     extra = f", {op.output_padding}" if op.transposed else ""
     n = op.dims
     pad = "1" if op.transposed else f"{PAD_CHANNELS} if {op.groups} == 1 else 1"
-    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per"
+    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per, DIRECT=bool(DIRECT)"
     rows_grid = (f"math.prod(_g[{4 + 3 * n}:{4 + 4 * n}]) * triton.cdiv(_g[0] * math.prod("
                  f"-(-o // s) for o, s in zip(_pix, _g[{4 + 3 * n}:{4 + 4 * n}])), BLOCK_M)"
                  if op.transposed else "_m")
@@ -419,8 +480,8 @@ def render(op: Conv, signature: str, imports: list[str], init: str, what: str) -
     helper = common.OPERAND_HELPER if not all(op.channel) else ""
     source = (common.header(f"Template: {op.name} as an implicit GEMM ({what}) with the epilogue fused "
                             f"before the store; {op.precision} dots.", imports)
-              + common.tunables(TUNE_VALUES, seed(op), common.resources(RESOURCES, op.precision))
-              + f"STARTS = {SM90_STARTS['any']!r}\n" + GEOMETRY_HELPER
+              + common.tunables(tune_values(op), seed(op), common.resources(RESOURCES, op.precision))
+              + f"STARTS = {starts(op)!r}\n" + GEOMETRY_HELPER
               + ("" if op.transposed else INSIDE_HELPER + ROWS_HELPER)
               + common.TILE_HELPER + helper
               + common.DOT_HELPER + kernel(op) + common.model_class(init, forward(op, signature)))
