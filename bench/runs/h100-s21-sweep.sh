@@ -62,15 +62,15 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     norm) L=level1; ONLY="39_L2Norm_ 33_BatchNorm" ;;
     dir2) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 27_Conv3d_HardSwish_GroupNorm_Mean 83_Conv3d_GroupNorm_Min_Clamp_Dropout
       92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp 73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
-      VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8 g64:DIRECT=0,CHANNELS_LAST=1,BLOCK_M=64,num_warps=4,num_stages=4
-        w8:num_warps=8 m64:BLOCK_M=64 n16:BLOCK_N=16" ;;
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8
+        dirm64:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_M=64 g64:BLOCK_M=64,num_warps=4,num_stages=4" ;;
     dir1a) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel"
-      VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8 w8:num_warps=8 n16:BLOCK_N=16" ;;
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8" ;;
     dirq) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp
       73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
-      VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8 g64:DIRECT=0,CHANNELS_LAST=1,BLOCK_M=64,num_warps=4,num_stages=4
-        w8:num_warps=8" ;;
-    dirq1) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel" VARIANTS="gemm:DIRECT=0,CHANNELS_LAST=1,num_warps=8" ;;
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8
+        g64:BLOCK_M=64,num_warps=4,num_stages=4" ;;
+    dirq1) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel" VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4" ;;
     dir1b) L=level1; ONLY="63_conv_standard_2D__square_input__square_kernel"
       VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirn32:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_N=32" ;;
     ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_ 39_L2Norm_" ;;
