@@ -18,7 +18,7 @@
 # "scan" (the inductor proposer's port of cumulative sums and products, which no template matches);
 # "fewc" (a K step of 16 for convolutions over few input channels, against the former 32);
 # "dir2", "dir1a", "dir1b" (session 26: the direct K loop over few input channels, against the
-# implicit GEMM, and on L1 #63's 16 channels; "dirq", "dirq1" the same, fewer, for a short call).
+# implicit GEMM, and on L1 #63's 16 channels; "dirq", "dirq1", "dirs" the same, fewer, for short calls).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
@@ -70,6 +70,8 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
       73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
       VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8
         g64:BLOCK_M=64,num_warps=4,num_stages=4" ;;
+    dirs) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp
+      73_Conv2d_BatchNorm_Scaling" VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4" ;;
     dirq1) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel" VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4" ;;
     dir1b) L=level1; ONLY="63_conv_standard_2D__square_input__square_kernel"
       VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirn32:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_N=32" ;;
