@@ -130,6 +130,21 @@ def test_every_rank_and_grouping_passes_the_gate_as_a_direct_convolution_too(tmp
     assert_passes(gate(tmp_path, name, source, None, apply_edit(found.source, flag, 1)))
 
 
+@pytest.mark.parametrize(("conv", "channels", "direct"), [("nn.Conv2d(8, 5, 3)", 8, True),
+                                                         ("nn.Conv2d(9, 5, 3)", 9, False),
+                                                         ("nn.Conv2d(16, 8, 3, groups=4)", 16, True),
+                                                         ("nn.Conv2d(8, 5, 1)", 8, False),
+                                                         ("nn.ConvTranspose2d(3, 5, 3)", 3, False)])
+def test_the_direct_loop_is_declared_only_over_few_input_channels_a_group(conv, channels, direct):
+    """Over more channels a group, or one tap, or transposed, a direct loop would cost the
+    tuner a screening slot for a loop no faster than the implicit GEMM; the kernel then runs
+    the implicit GEMM whatever the module's ``DIRECT``."""
+    found = instantiate(conv_reference(conv, inputs=f"torch.randn(2, {channels}, 9, 9)"))
+    assert found is not None
+    assert ("DIRECT" in {t.name for t in parse_tunables(found.source)}) is direct
+    assert ("DIRECT=bool(DIRECT)" in found.source) is direct
+
+
 def test_a_pointwise_conv_starts_channels_first_and_passes_the_gate(tmp_path):
     """A 1×1 convolution's seed reads the input as given (its K run, one channel a pixel, is
     coalesced along the pixels), rather than paying for channels-last copies."""

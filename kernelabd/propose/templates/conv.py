@@ -37,7 +37,7 @@ TUNE_START = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num
 """8 warps, so that the tile does not spill; ``CHANNELS_LAST``: input and weight are copied
 channels-last first, so that a K run is ``C_in`` contiguous floats rather than a gather across
 planes (figures: bench/port/README.md, "Template seeds"); ``DIRECT``: the K loop as a direct
-convolution (``_direct``), which a transposed convolution does not have."""
+convolution (``_direct``), declared over few input channels only (``tune_values``)."""
 DIRECT_START = {**TUNE_START, "DIRECT": 1, "CHANNELS_LAST": 0, "BLOCK_M": 128, "num_warps": 4}
 """The direct loop over the operands as given, whose pixel loads run along the input rows."""
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
@@ -56,8 +56,10 @@ the tuner screens first. Each dict sets every tunable."""
 
 
 def tune_values(op: Conv) -> dict[str, list[int]]:
-    """The tunables a convolution declares: a transposed one has no direct loop."""
-    return {k: v for k, v in TUNE_VALUES.items() if not (op.transposed and k == "DIRECT")}
+    """The tunables a convolution declares: the direct loop only over few input channels
+    (``_few``), where a dot's K step is a few taps; elsewhere it would cost the tuner a
+    screening slot on a loop of ``C_in`` steps, and a transposed convolution has none."""
+    return {k: v for k, v in TUNE_VALUES.items() if k != "DIRECT" or _few(op)}
 
 
 def starts(op: Conv) -> list[dict[str, int]]:
@@ -450,7 +452,9 @@ def forward(op: Conv, signature: str) -> str:
     extra = f", {op.output_padding}" if op.transposed else ""
     n = op.dims
     pad = "1" if op.transposed else f"{PAD_CHANNELS} if {op.groups} == 1 else 1"
-    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per, DIRECT=bool(DIRECT)"
+    direct = "bool(DIRECT)" if _few(op) else "False"
+    borders = ("" if op.transposed else
+               f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per, DIRECT={direct}")
     rows_grid = (f"math.prod(_g[{4 + 3 * n}:{4 + 4 * n}]) * triton.cdiv(_g[0] * math.prod("
                  f"-(-o // s) for o, s in zip(_pix, _g[{4 + 3 * n}:{4 + 4 * n}])), BLOCK_M)"
                  if op.transposed else "_m")
