@@ -22,6 +22,11 @@ owns output pixels of one phase (``o ≡ ph`` on every axis), its K runs over th
 only, and ``i`` is ``t + base − j·jump`` for the pixel's ``o = ph + t·s`` and the phase's
 ``j``-th tap, with no division or stride mask per element. At stride 2 on two axes that is a
 quarter of the dots of a gather over every tap.
+
+Over few input channels a group (``FEW_CHANNELS``), the same kernel has a second K loop
+(``DIRECT``, a compile-time switch the tuner flips): the direct convolution, an outer product
+of a tap's shifted input pixels and its weights accumulated in fp32 FMAs, the taps unrolled.
+The tile, the epilogue and the store are the implicit GEMM's.
 """
 
 from __future__ import annotations
