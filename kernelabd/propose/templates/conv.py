@@ -343,8 +343,12 @@ def _direct(axes: tuple[str, ...]) -> list[str]:
     kernel sizes are compile-time constants, so the taps unroll), the tile's shifted input
     pixels times the tap's weights of the tile's output channels, an outer product accumulated
     in fp32 FMAs. With few input channels a dot's K step is a few taps, and the implicit GEMM
-    was bound by its gather's address arithmetic, not by its products; here an input pixel is
-    one load for all of the tile's output channels, and the loads run along the input rows."""
+    still lost to cuDNN's FFMA kernels in its convolution kernel alone (KernelBench L2 #23,
+    #73, #83, #92 on an H200: bench/port/results/2026-12-07-h200-s26); here an input pixel is
+    loaded once for all of the tile's output channels (for sm_90 Triton hands it to the
+    threads of the other channels through shared memory), the loads run along the input
+    rows, and the sum is exact fp32. Not yet timed on a GPU: so the tuner screens it, and the
+    seed stays the implicit GEMM."""
     lines = ["for ci in range(0, C):",
              "    x_c = x_ptr + x_row + (g * C + ci) * sxc",
              "    w_c = w_ptr + (g * N + rn) * swo + ci * swc"]
