@@ -62,13 +62,13 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     norm) L=level1; ONLY="39_L2Norm_ 33_BatchNorm" ;;
     dir2) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 27_Conv3d_HardSwish_GroupNorm_Mean 83_Conv3d_GroupNorm_Min_Clamp_Dropout
       92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp 73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
-      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8
-        dirm64:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_M=64 g64:BLOCK_M=64,num_warps=4,num_stages=4" ;;
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirm64:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_M=64
+        dirm32:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_M=32 g64:BLOCK_M=64,num_warps=4,num_stages=4" ;;
     dir1a) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel"
-      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8" ;;
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirm64:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_M=64" ;;
     dirq) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp
       73_Conv2d_BatchNorm_Scaling 57_Conv2d_ReLU_HardSwish"
-      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dir8:DIRECT=1,CHANNELS_LAST=0,num_warps=8
+      VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirm64:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_M=64
         g64:BLOCK_M=64,num_warps=4,num_stages=4" ;;
     dirs) L=level2; ONLY="23_Conv3d_GroupNorm_Mean 92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp
       73_Conv2d_BatchNorm_Scaling" VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4" ;;

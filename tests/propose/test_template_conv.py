@@ -213,6 +213,37 @@ def test_an_output_whose_sides_are_not_multiples_of_16_is_stored_in_vectors_on_s
     assert kernel["spills"] == 0
 
 
+CONV3D_FEW = CONV_BN_SIZED.replace("nn.Conv2d(3, 8, 3)", "nn.Conv3d(3, 24, 3, padding=1)").replace(
+    "self.bn = nn.BatchNorm2d(8)", "self.bn = nn.BatchNorm3d(24)").replace("torch.randn(2, 3, H, H)",
+                                                                           "torch.randn(2, 3, 6, H, H)")
+"""A 3×3×3 convolution over 3 input channels, padded (border masks on every tap), then BatchNorm:
+KernelBench's level 2 convolutions over few channels."""
+
+
+def test_the_direct_loop_compiles_for_sm90_without_spills_and_without_tensor_cores(tmp_path):
+    """The direct loop as the tuner first screens it (the second of ``STARTS``) for a padded 3-D
+    convolution over 3 channels, compiled for sm_90 without a GPU: its 27 taps unroll into fp32
+    FMAs (no MMA: the sum is exact fp32) and nothing spills (at 8 warps it did)."""
+    found = instantiate(CONV3D_FEW)
+    assert found is not None
+    tunables = {t.name: t for t in parse_tunables(found.source)}
+    candidate = found.source
+    for name, value in known_good(found.source)[1].items():
+        candidate = apply_edit(candidate, tunables[name], value)
+    assert "DIRECT = 1" in candidate
+    ref, cand = tmp_path / "c3.py", tmp_path / "c3.new.py"
+    ref.write_text(CONV3D_FEW)
+    (tmp_path / "c3.toml").write_text("[sizes.cuda]\nH = 30\n")
+    cand.write_text(candidate)
+    run = subprocess.run([sys.executable, "-m", "kernelabd", "fingerprint", str(cand), "--arch", "sm_90", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (kernel,) = json.loads(run.stdout)["kernels"]
+    ops = kernel["instructions"]
+    assert kernel["spills"] == 0 and ops.get("FFMA", 0) >= 27, ops
+    assert not any(name.startswith(("HMMA", "WGMMA", "HGMMA")) for name in ops), ops
+
+
 CONV_ODD = CONV_BN_SIZED.replace("H = 10", "H = 13").replace("self.bn(self.conv(x)) * 2.0", "torch.relu(self.conv(x))")
 """A 13×13 input: an 11×11 output, 121 pixels an image, odd."""
 
