@@ -339,6 +339,22 @@ def _dense_strides(axes: tuple[str, ...]) -> list[str]:
     return [*lines, f"    sxn = {below}"]
 
 
+def tap_loops(axes: tuple[str, ...], mask: str, depth: int, switch: str | None = None) -> tuple[list[str], str, int]:
+    """One unrolled loop a spatial axis (shared with ``depthwise``), outermost first, at
+    ``depth`` indents, each narrowing ``mask`` to the pixels whose shifted input ``in_{a}`` is
+    inside the input (only where the constexpr ``switch`` holds, when one is given): the lines,
+    the innermost mask's name and the innermost body's depth."""
+    lines = []
+    for a in axes:
+        pad, inside = "    " * depth, f"{mask} & (in_{a} >= 0) & (in_{a} < {a.upper()})"
+        lines += [f"{pad}for k{a} in tl.static_range(K{a.upper()}):", f"{pad}    in_{a} = in_{a}0 + k{a} * dil_{a}"]
+        narrow = [f"m_{a} = {inside}"] if switch is None else [
+            f"if {switch}:", f"    m_{a} = {inside}", "else:", f"    m_{a} = {mask}"]
+        lines += [f"{pad}    {line}" for line in narrow]
+        mask, depth = f"m_{a}", depth + 1
+    return lines, mask, depth
+
+
 def _direct(axes: tuple[str, ...]) -> list[str]:
     """The K loop as a direct convolution (``DIRECT``): for each input channel and each tap (the
     kernel sizes are compile-time constants, so the taps unroll), the tile's shifted input
@@ -350,22 +366,14 @@ def _direct(axes: tuple[str, ...]) -> list[str]:
     threads of the other channels through shared memory), the loads run along the input
     rows, and the sum is exact fp32. Not yet timed on a GPU: so the tuner screens it, and the
     seed stays the implicit GEMM."""
-    lines = ["for ci in range(0, C):",
-             "    x_c = x_ptr + x_row + (g * C + ci) * sxc",
-             "    w_c = w_ptr + (g * N + rn) * swo + ci * swc"]
-    mask, depth = "row_ok", 1
-    for a in axes:
-        pad, at = "    " * depth, f"in_{a}0 + k{a} * dil_{a}"
-        lines += [f"{pad}for k{a} in tl.static_range(K{a.upper()}):",
-                  f"{pad}    if BORDERS:",
-                  f"{pad}        m_{a} = {mask} & ({at} >= 0) & ({at} < {a.upper()})",
-                  f"{pad}    else:",
-                  f"{pad}        m_{a} = {mask}"]
-        mask, depth = f"m_{a}", depth + 1
+    loops, mask, depth = tap_loops(axes, "row_ok", 1, "BORDERS")
     pad = "    " * depth
     x_off = " + ".join(f"k{a} * (dil_{a} * sx{a})" for a in axes)
     w_off = " + ".join(f"k{a} * sw{a}" for a in axes)
-    return [*lines, f"{pad}xv = tl.load(x_c + {x_off}, mask={mask}, other=0.0).to(tl.float32)",
+    return ["for ci in range(0, C):",
+            "    x_c = x_ptr + x_row + (g * C + ci) * sxc",
+            "    w_c = w_ptr + (g * N + rn) * swo + ci * swc",
+            *loops, f"{pad}xv = tl.load(x_c + {x_off}, mask={mask}, other=0.0).to(tl.float32)",
             f"{pad}wv = tl.load(w_c + {w_off}, mask=rn < N, other=0.0).to(tl.float32)",
             f"{pad}acc += xv[:, None] * wv[None, :]"]
 

@@ -17,7 +17,16 @@ channel); every other operand goes through ``_operand`` with the output's flat i
 from __future__ import annotations
 
 from kernelabd.propose.templates import common
-from kernelabd.propose.templates.conv import AXES, GEOMETRY_HELPER, Conv, call_args, indent, kernel_args, unflatten
+from kernelabd.propose.templates.conv import (
+    AXES,
+    GEOMETRY_HELPER,
+    Conv,
+    call_args,
+    indent,
+    kernel_args,
+    tap_loops,
+    unflatten,
+)
 
 TUNE_VALUES = {"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]}
 SM90_STARTS: dict[str, list[dict[str, int]]] = {
@@ -46,13 +55,7 @@ def _loads(op: Conv) -> str:
 def _taps(axes: tuple[str, ...]) -> str:
     """One unrolled loop a spatial axis, outermost first, each narrowing the mask of the
     pixels whose shifted input is inside the input; the innermost loads and accumulates."""
-    lines, mask, depth = [], "pix_ok", 2
-    for a in axes:
-        pad = "    " * depth
-        lines += [f"{pad}for k{a} in tl.static_range({'K' + a.upper()}):",
-                  f"{pad}    in_{a} = in_{a}0 + k{a} * dil_{a}",
-                  f"{pad}    m_{a} = {mask} & (in_{a} >= 0) & (in_{a} < {a.upper()})"]
-        mask, depth = f"m_{a}", depth + 1
+    lines, mask, depth = tap_loops(axes, "pix_ok", 2)
     pad = "    " * depth
     x_off = " + ".join(f"in_{a} * sx{a}" for a in axes)
     w_off = " + ".join(f"k{a} * sw{a}" for a in axes)
