@@ -115,7 +115,7 @@ def test_every_rank_grouping_and_transposition_passes_the_gate(tmp_path, name):
     conv, inputs, forward, what = OTHER_CONVS[name]
     source = conv_reference(conv, forward=forward, inputs=inputs)
     found = instantiate(source)
-    assert found is not None and found.edit.startswith(f"template: {what} as "), found and found.edit
+    assert found is not None and found.edit.startswith(f"template: {what} as implicit GEMM"), found and found.edit
     assert_passes(gate(tmp_path, name, source, None, found.source))
 
 
@@ -137,8 +137,8 @@ def test_every_rank_and_grouping_passes_the_gate_as_a_direct_convolution_too(tmp
                                                          ("nn.ConvTranspose2d(3, 5, 3)", 3, False)])
 def test_the_direct_loop_is_declared_only_over_few_input_channels_a_group(conv, channels, direct):
     """Over more channels a group, or one tap, or transposed, a direct loop would cost the
-    tuner a screening slot for a loop no faster than the implicit GEMM; the kernel then runs
-    the implicit GEMM whatever the module's ``DIRECT``."""
+    tuner a screening slot for a loop no faster than the implicit GEMM: there the kernel is
+    launched with ``DIRECT=False`` and no tunable names it."""
     found = instantiate(conv_reference(conv, inputs=f"torch.randn(2, {channels}, 9, 9)"))
     assert found is not None
     assert ("DIRECT" in {t.name for t in parse_tunables(found.source)}) is direct
