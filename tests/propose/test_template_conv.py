@@ -137,12 +137,13 @@ def test_every_rank_and_grouping_passes_the_gate_as_a_direct_convolution_too(tmp
                                                          ("nn.ConvTranspose2d(3, 5, 3)", 3, False)])
 def test_the_direct_loop_is_declared_only_over_few_input_channels_a_group(conv, channels, direct):
     """Over more channels a group, or one tap, or transposed, a direct loop would cost the
-    tuner a screening slot for a loop no faster than the implicit GEMM: there the kernel is
-    launched with ``DIRECT=False`` and no tunable names it."""
+    tuner a screening slot for a loop no faster than the implicit GEMM: there the kernel has
+    no direct loop and no tunable names it."""
     found = instantiate(conv_reference(conv, inputs=f"torch.randn(2, {channels}, 9, 9)"))
     assert found is not None
     assert ("DIRECT" in {t.name for t in parse_tunables(found.source)}) is direct
     assert ("DIRECT=bool(DIRECT)" in found.source) is direct
+    assert ("tl.static_range" in found.source) is direct
 
 
 def test_a_pointwise_conv_starts_channels_first_and_passes_the_gate(tmp_path):

@@ -23,10 +23,10 @@ only, and ``i`` is ``t + base − j·jump`` for the pixel's ``o = ph + t·s`` an
 ``j``-th tap, with no division or stride mask per element. At stride 2 on two axes that is a
 quarter of the dots of a gather over every tap.
 
-Over few input channels a group (``FEW_CHANNELS``), the same kernel has a second K loop
-(``DIRECT``, a compile-time switch the tuner flips): the direct convolution, an outer product
-of a tap's shifted input pixels and its weights accumulated in fp32 FMAs, the taps unrolled.
-The tile, the epilogue and the store are the implicit GEMM's.
+Over few input channels a group (``FEW_CHANNELS``), and only there, the same kernel has a
+second K loop (``DIRECT``, a compile-time switch the tuner flips): the direct convolution, an
+outer product of a tap's shifted input pixels and its weights accumulated in fp32 FMAs, the
+taps unrolled. The tile, the epilogue and the store are the implicit GEMM's.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ TUNE_START = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 8, "num
 channels-last first, so that a K run is ``C_in`` contiguous floats rather than a gather across
 planes (figures: bench/port/README.md, "Template seeds"); ``DIRECT``: the K loop as a direct
 convolution (``_direct``), declared over few input channels only (``tune_values``)."""
-DIRECT_START = {**TUNE_START, "DIRECT": 1, "CHANNELS_LAST": 0, "BLOCK_M": 128, "num_warps": 4}
+DIRECT_START = {**TUNE_START, "DIRECT": 1, "CHANNELS_LAST": 0, "num_warps": 4}
 """The direct loop over the operands as given, whose pixel loads run along the input rows, at 4
 warps: at 8 the 27 unrolled taps of a padded 3×3×3 convolution spilled for sm_90 (Triton 3.6:
 255 registers and 116 B of stack; 96 registers and none at 4)."""
@@ -426,13 +426,13 @@ def kernel(op: Conv) -> str:
         f"    b = tl.load(w_ptr + {w_co}[None, :] * swo + {w_ci}[:, None] * swc + {w_off},",
         f"                mask=(kk[:, None] < K) & (rn[None, :] < N){w_mask}, other=0.0)",
         f'    acc += _dot(a, b, "{op.precision}")']
-    if not op.transposed:
+    if _few(op):
         gemm = ["if DIRECT:", *(f"    {line}" for line in _direct(axes)), "else:", *(f"    {line}" for line in gemm)]
     loop = indent(gemm, 4)
     body = indent(op.epilogue.lines, 4)
     pixel_names, tap_names = ", ".join(f"o{a}" for a in axes), ", ".join(f"k{a}" for a in axes)
-    borders = ("" if op.transposed else
-               ", BORDERS: tl.constexpr, RUN: tl.constexpr, PER_IMAGE: tl.constexpr, DIRECT: tl.constexpr")
+    borders = "" if op.transposed else ", BORDERS: tl.constexpr, RUN: tl.constexpr, PER_IMAGE: tl.constexpr"
+    borders += ", DIRECT: tl.constexpr" if _few(op) else ""
     strides = ", ".join([*(f"sx{a}" for a in axes)])
     wstrides = ", ".join([*(f"sw{a}" for a in axes)])
     return f"""
@@ -470,9 +470,8 @@ def forward(op: Conv, signature: str) -> str:
     extra = f", {op.output_padding}" if op.transposed else ""
     n = op.dims
     pad = "1" if op.transposed else f"{PAD_CHANNELS} if {op.groups} == 1 else 1"
-    direct = "bool(DIRECT)" if _few(op) else "False"
-    borders = ("" if op.transposed else
-               f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per, DIRECT={direct}")
+    borders = "" if op.transposed else f", BORDERS=not _inside(_g, {n}), RUN=_run, PER_IMAGE=_per"
+    borders += ", DIRECT=bool(DIRECT)" if _few(op) else ""
     rows_grid = (f"math.prod(_g[{4 + 3 * n}:{4 + 4 * n}]) * triton.cdiv(_g[0] * math.prod("
                  f"-(-o // s) for o, s in zip(_pix, _g[{4 + 3 * n}:{4 + 4 * n}])), BLOCK_M)"
                  if op.transposed else "_m")
