@@ -328,7 +328,7 @@ def _mutate(text: bytes, rng: random.Random) -> bytes:
         if digits:
             j = rng.choice(digits)
             lines[j] = bytes(c if c not in b"123456789" else rng.choice(b"0-13") for c in lines[j])
-    elif how == "truncate":
+    elif how == "truncate" and text:
         return text[: rng.randrange(len(text))]
     elif how == "flip" and text:
         pos = rng.randrange(len(text))
