@@ -163,3 +163,76 @@ def test_a_constructor_is_copied_with_the_helpers_it_calls(tmp_path):
     found = instantiate(source)
     assert found is not None and found.edit.startswith("template: pipeline of "), found
     assert_passes(gate(tmp_path, "helpers", source, None, found.source))
+
+
+def test_cuts_offer_heads_the_tail_does_not_reach_into_of_at_most_four_products_or_reductions():
+    """A deep network's search builds only heads some template could compute: a 12-convolution
+    chain (each with a ReLU) offers cuts only within its first four convolutions, longest first, and
+    in branches joined by a concatenation none where a later branch reads an earlier value."""
+    from kernelabd.propose.template import pipeline
+    from kernelabd.propose.template.proposer import recognise_graph
+
+    chain = reference("def forward(self, x):\n    for conv in self.convs:\n        x = torch.relu(conv(x))\n"
+                      "    return x\n", init="self.convs = nn.ModuleList([nn.Conv2d(3, 3, 1) for _ in range(12)])\n",
+                      inputs="torch.randn(1, 3, 4, 4)")
+    g = recognise_graph(chain)
+    assert pipeline.cuts(g) == [8, 7, 6, 5, 4, 3, 2, 1]
+    branches = reference("def forward(self, x):\n    a = self.a(x)\n    b = torch.relu(self.b(x))\n"
+                         "    return torch.cat([a, b, a + 1.0], 1)\n",
+                         init="self.a = nn.Conv2d(3, 2, 1)\nself.b = nn.Conv2d(3, 2, 1)\n",
+                         inputs="torch.randn(1, 3, 4, 4)")
+    g = recognise_graph(branches)
+    assert [g.ops[k - 1].kind for k in pipeline.cuts(g)] == ["conv2d"]
+
+
+def test_the_ieee_fallback_of_a_pipeline_takes_the_seeds_stages_and_equals_a_fresh_search():
+    """Recognition answers the 3xTF32 seed and its IEEE fallback; the fallback re-matches the
+    seed's stages instead of searching the graph again, and is the candidate a search finds."""
+    from kernelabd.harness.problem import Sidecar
+    from kernelabd.propose.template.proposer import TF32X3, match_graph, recognise_graph
+
+    init, forward, inputs, (args, values), _ = PIPELINES["linear_sigmoid_sum"]
+    source = reference(forward, init=init, init_args=args, inputs=inputs, init_values=values)
+    g = recognise_graph(source)
+    seed = match_graph(g, source, Sidecar())
+    assert seed.dots == TF32X3 and len(seed.plan) == 2
+    fallback = match_graph(g, source, Sidecar(), exact=True, plan=seed.plan)
+    assert fallback.dots == "ieee" and fallback.source == match_graph(g, source, Sidecar(), exact=True).source
+
+
+REPEATED = reference(
+    "def forward(self, x):\n    x = torch.relu(self.a(x))\n    x = torch.softmax(x, dim=1)\n"
+    "    return torch.relu(self.b(x))\n",
+    init="self.a = nn.Conv2d(4, 4, 3, padding=1)\nself.b = nn.Conv2d(4, 4, 3, padding=1)\n",
+    inputs="torch.randn(2, 4, 6, 5)")
+"""Two convolutions of one shape and epilogue around a softmax: a network's repeated block."""
+
+
+def test_stages_of_one_template_and_shape_share_their_kernels_and_keep_their_own_tunables(tmp_path):
+    """A deep network's stages define each kernel once (GoogLeNet's 200 kernel definitions,
+    3.1 MB of source, became 19): the second convolution launches the first's kernel, yet
+    tuning its block size leaves the first's alone and the edited candidate still passes."""
+    found = instantiate(REPEATED)
+    assert found is not None and found.edit.count("conv2d (conv2d + bias + relu)") == 2, found
+    assert found.source.count("def conv2d_kernel(") == 1 and "def s2_conv2d_kernel(" not in found.source
+    tunables = {t.name: t for t in parse_tunables(found.source)}
+    block = tunables["s2_BLOCK_M"]
+    edited = apply_edit(found.source, block, next(v for v in block.values if v != block.current))
+    assert {t.name: t.current for t in parse_tunables(edited)}["BLOCK_M"] == tunables["BLOCK_M"].current
+    assert_passes(gate(tmp_path, "edited", REPEATED, None, edited))
+
+
+SHUFFLE = reference(
+    "def forward(self, x):\n    x = torch.relu(self.a(x))\n    b, c, h, w = x.size()\n"
+    "    x = x.view(b, 2, c // 2, h, w).transpose(1, 2).contiguous().view(b, -1, h, w)\n"
+    "    return torch.relu(self.b(x))\n",
+    init="self.a = nn.Conv2d(3, 4, 1)\nself.b = nn.Conv2d(4, 4, 3, padding=1)\n",
+    inputs="torch.randn(2, 3, 5, 6)")
+"""ShuffleNet's channel shuffle between two convolutions: a view that needs the copy the
+reference's ``.contiguous()`` makes."""
+
+
+def test_a_channel_shuffle_between_stages_passes_the_gate(tmp_path):
+    found = instantiate(SHUFFLE)
+    assert found is not None and found.edit.startswith("template: pipeline of "), found
+    assert_passes(gate(tmp_path, "shuffle", SHUFFLE, None, found.source))

@@ -67,7 +67,8 @@ FUNCTIONS: dict[Any, str] = {
     torch.reshape: "view", torch.flatten: "view", torch.unsqueeze: "view", torch.squeeze: "view",
     torch.t: "transpose", torch.multiply: "mul", torch.divide: "div", torch.true_divide: "div",
     torch.subtract: "sub", torch.negative: "neg", torch.special.expit: "sigmoid",
-    torch.triu: "triu", torch.tril: "tril",
+    torch.triu: "triu", torch.tril: "tril", torch.cat: "cat", torch.concat: "cat",
+    torch.concatenate: "cat", torch.stack: "stack",
 }
 METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
@@ -572,6 +573,16 @@ def _instance_norm_op(node: fx.Node, module: nn.Module, x: Any) -> Op | None:
                                          "weight": None, "bias": None})
 
 
+def _concat_op(node: fx.Node, kind: str) -> Op | None:
+    """``torch.cat(tensors, dim)`` and its kin: the tensors are the op's arguments, so that a
+    graph reads each as any op's operand (a pipeline's stage result, an input)."""
+    tensors, dim = arg_of(node, 0, "tensors"), arg_of(node, 1, "dim", 0)
+    if not isinstance(tensors, list | tuple) or not tensors or as_dim(dim) is None \
+            or not _kwargs_ok(node, {"tensors", "dim"}):
+        return None
+    return Op(node, kind, tuple(tensors), {"dim": as_dim(dim)})
+
+
 def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
     """The canonical op of a call node, or None when no template knows it."""
     if node.op == "call_module":
@@ -587,6 +598,8 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         kind = METHODS.get(name) or (METHODS.get(name[:-1]) if name.endswith("_") else None)
     if kind is None:
         return None
+    if kind in ("cat", "stack"):
+        return _concat_op(node, kind)
     x = node.args[0] if node.args else node.kwargs.get("input")
     if kind in common.BINARY or kind in ("maximum", "minimum"):
         return Op(node, kind, tuple(node.args[:2])) if not node.kwargs and len(node.args) == 2 else None
@@ -684,7 +697,8 @@ def _sizes(value: Any, dims: int) -> tuple[int, ...] | None:
 def _pool_op(node: fx.Node, kind: str, dims: int, given: dict[str, Any]) -> Op | None:
     """A pooling as its geometry (literal: the window unrolls), or a global average pool
     (``AdaptiveAvgPool2d(1)``) as the mean over the spatial dims it is; None for what the pool
-    template does not port (``ceil_mode``, indices, a divisor override, other adaptive sizes)."""
+    template does not port (indices, a divisor override, other adaptive sizes, and ``ceil_mode``
+    of an average, whose divisor then counts a clipped window)."""
     x = node.args[0] if node.args else node.kwargs.get("input")
     if kind == "adaptive_avg_pool":
         if _sizes(given.get("output_size"), dims) != (1,) * dims:
@@ -694,12 +708,14 @@ def _pool_op(node: fx.Node, kind: str, dims: int, given: dict[str, Any]) -> Op |
     stride = window if given.get("stride") in (None, [], ()) else _sizes(given.get("stride"), dims)
     padding = _sizes(given.get("padding") or 0, dims)
     dilation = _sizes(given.get("dilation") or 1, dims)
-    if window is None or stride is None or padding is None or dilation is None or given.get("ceil_mode") \
+    ceil = bool(given.get("ceil_mode"))
+    if window is None or stride is None or padding is None or dilation is None or (ceil and kind != "max_pool") \
             or given.get("return_indices") or given.get("divisor_override") is not None:
         return None
     count = given.get("count_include_pad")
     return Op(node, kind, (x,), {"dims": dims, "kernel": window, "stride": stride, "padding": padding,
-                                 "dilation": dilation, "count_include_pad": True if count is None else bool(count)})
+                                 "dilation": dilation, "count_include_pad": True if count is None else bool(count),
+                                 "ceil_mode": ceil})
 
 
 def _dropout_op(node: fx.Node, x: Any) -> Op | None:

@@ -75,6 +75,10 @@ from kernelabd.propose.templates import common
 from kernelabd.service.capture import load_reference
 
 FX_CONSTANT = "_tensor_constant"   # how torch.fx's tracer names the tensors it meets in forward
+RESHAPED = {"view": "reshape", "view_as": "reshape_as"}
+"""Views written as reshapes in operand expressions: the same view wherever ``view`` would
+succeed, and a copy where the reference made one with ``.contiguous()``, which is an alias here
+(ShuffleNet's channel shuffle: ``x.view(…).transpose(1, 2).contiguous().view(…)``)."""
 RENAMED = "_in"
 """The suffix of the inputs' names in a candidate whose operands are expressions over them."""
 
@@ -223,7 +227,8 @@ class Graph:
         if base is None:
             self.inner_views.append(node)
             return "a view of a computed value before further ops"
-        call = self.call_expr(op.attrs["method"], op.attrs["args"], op.attrs["kwargs"])
+        call = self.call_expr(RESHAPED.get(op.attrs["method"], op.attrs["method"]), op.attrs["args"],
+                              op.attrs["kwargs"])
         if call is None:
             return "view sizes computed from values no expression reaches"
         self.leaves[node] = f"{base}.{call}"
@@ -476,7 +481,8 @@ class Graph:
             op = canon(node, self.gm) if node in self.trailing else None
             if op is None or op.kind != "view":
                 continue
-            call = self.call_expr(op.attrs["method"], op.attrs["args"], op.attrs["kwargs"], names)
+            call = self.call_expr(RESHAPED.get(op.attrs["method"], op.attrs["method"]), op.attrs["args"],
+                                  op.attrs["kwargs"], names)
             if call is None:
                 return None
             calls.append(f".{call}")

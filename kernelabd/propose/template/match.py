@@ -11,7 +11,7 @@ import copy
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.templates import (
     attention,
     common,
+    concat,
     conv,
     depthwise,
     elementwise,
@@ -57,11 +58,13 @@ def python_paths(source: str) -> str:
 class Match:
     """A template instantiated for the reference: the candidate's source, its edit line, and
     the input precision its dots were given (``None`` for a template without dots). The graph
-    names parameters by their fx paths; the source holds them as Python."""
+    names parameters by their fx paths; the source holds them as Python. ``plan``: a pipeline's
+    stage graphs, which another precision's match takes rather than searching again."""
 
     source: str
     edit: str
     dots: str | None = None
+    plan: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", python_paths(self.source))
@@ -334,8 +337,27 @@ def match_pool(g: Graph, init: list[Any]) -> Match | None:
     if x is None or not shape or len(shape) < op.attrs["dims"] + 1:
         return None
     spec = pool.Pool(op.kind.removesuffix("_pool"), x, op.attrs["kernel"], op.attrs["stride"], op.attrs["padding"],
-                     op.attrs["dilation"], op.attrs["count_include_pad"])
+                     op.attrs["dilation"], op.attrs["count_include_pad"], op.attrs["ceil_mode"])
     return Match(*pool.render(spec, g.signature, *init))
+
+
+def match_concat(g: Graph, init: list[Any]) -> Match | None:
+    """A concatenation or stack of inputs (in a pipeline, of earlier stages' results), all of
+    one rank and dtype: read as they are stored where all widen the same dtype (the result is
+    cast as the reference returns it), else as the reference casts them."""
+    if len(g.ops) != 1 or g.ops[0].kind not in ("cat", "stack") or g.out is not g.ops[0].node:
+        return None
+    op = g.ops[0]
+    read = g.loaded if len({g.value_dtype(g.strip(a)) for a in op.args}) == 1 else g.leaf
+    parts, shapes = [read(a) for a in op.args], [g.shape(a) for a in op.args]
+    if any(p is None for p in parts) or any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1 \
+            or len({g.value_dtype(a) for a in op.args}) != 1:
+        return None
+    rank = len(shapes[0]) + (op.kind == "stack")
+    if not -rank <= op.attrs["dim"] < rank:
+        return None
+    spec = concat.Concat(tuple(parts), op.attrs["dim"] % rank, op.kind == "stack")
+    return Match(*concat.render(spec, g.signature, *init))
 
 
 def match_elementwise(g: Graph, init: list[Any]) -> Match | None:
@@ -681,6 +703,7 @@ def find(g: Graph, init: list[Any], precision: str) -> Match | None:
                     lambda: match_rowwise(g, init),
                     lambda: match_rms_written(g, init), lambda: match_reduction(g, init),
                     lambda: match_group_norm(g, init), lambda: match_pool(g, init),
+                    lambda: match_concat(g, init),
                     lambda: match_elementwise(g, init)):
         found = attempt()
         if found is not None:

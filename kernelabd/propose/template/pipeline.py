@@ -29,6 +29,7 @@ from typing import Any
 
 from torch import fx
 
+from kernelabd.propose.template.canon import ELEMENTWISE, POSITIONAL, Op
 from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.template.match import Match
 from kernelabd.pysource import parse
@@ -41,6 +42,11 @@ forward), where a tail reads its head's input too."""
 DECLARATIONS = ("TUNABLES", "RESOURCES", "STARTS")
 """The module-level literals the tuner reads, merged across stages rather than renamed."""
 
+MAX_STARTS = 16
+"""The most starts a pipeline declares one stage at a time: the tuner screens every start
+before its own search, and each start of a whole network is full (every tunable set), so a
+GoogLeNet's 70 stages declared 2.4 MB of them; past this, stages' starts are taken together."""
+
 Finder = Callable[[Graph], Match | None]
 
 
@@ -51,11 +57,19 @@ def sub_graph(g: Graph, gm: fx.GraphModule) -> Graph:
     return Graph(gm, g.model, rename=True)
 
 
+class _Part(fx.GraphModule):
+    """A stage's graph: read, matched and at most interpreted (``fx.Interpreter``), never
+    called, so the Python code fx regenerates on each change is never generated: a deep
+    network's search built hundreds of them, and spent half its time in that code."""
+
+    def recompile(self) -> None:   # type: ignore[override]
+        return None
+
+
 def _module(g: Graph, graph: fx.Graph) -> fx.GraphModule:
     """``graph`` over the reference's modules and parameters, without the nodes it does not use."""
-    gm = fx.GraphModule(g.gm, graph)
+    gm = _Part(g.gm, graph)
     gm.graph.eliminate_dead_code()
-    gm.recompile()
     return gm
 
 
@@ -89,27 +103,71 @@ def _copy_after(g: Graph, at: fx.Node, depth: int) -> tuple[fx.GraphModule, dict
         else:
             gm.graph.erase_node(inputs[STAGE_INPUT])
     inputs[f"{STAGE_INPUT}_next"].target = STAGE_INPUT
-    gm.recompile()
     return gm, env
 
 
-def cut(g: Graph, k: int, depth: int = 0) -> tuple[Graph, Graph] | None:
-    """``g`` (stage ``depth``'s graph on) cut after its ``k``-th op: (head, tail), or None where
-    the tail would need a value the head computes other than its result."""
-    at = g.ops[k - 1].node
-    tail, env = _copy_after(g, at, depth)
-    alive = set(tail.graph.nodes)
+MAX_HEAD_ANCHORS = 4
+"""The most ops that are not elementwise a head may hold: no template computes more (a gated
+MLP's three products, attention's two products and softmax), so longer heads are not built.
+Without the bound a network's search built every prefix of every tail: GoogLeNet's took 250 s."""
+
+
+def _anchors(op: Op) -> int:
+    return 0 if op.kind in ELEMENTWISE or op.kind in POSITIONAL else 1
+
+
+def _tail_reads(g: Graph, at: fx.Node) -> set[fx.Node]:
+    """The nodes the graph's output depends on other than through ``at``: those a tail cut
+    after ``at`` keeps (found without building it)."""
+    output = next(n for n in reversed(g.gm.graph.nodes) if n.op == "output")
+    seen, stack = {at}, [output]
+    while stack:
+        node = stack.pop()
+        for arg in node.all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                stack.append(arg)
+    seen.discard(at)
+    return seen
+
+
+def cuts(g: Graph) -> list[int]:
+    """The ``k`` (longest head first) after whose ``k``-th op ``g`` may be cut: the tail needs
+    no value the head computes but its result, and the head holds at most
+    ``MAX_HEAD_ANCHORS`` ops that are not elementwise."""
+    found, anchors = [], 0
+    for k, op in enumerate(g.ops[:-1], start=1):
+        anchors += _anchors(op)
+        if anchors > MAX_HEAD_ANCHORS:
+            break
+        reads = _tail_reads(g, op.node)
+        if not any(earlier.node in reads for earlier in g.ops[:k - 1]):
+            found.append(k)
+    return found[::-1]
+
+
+def head(g: Graph, k: int) -> Graph:
+    """The head of ``g`` cut after its ``k``-th op (one of ``cuts``)."""
+    return sub_graph(g, _copy_until(g, g.ops[k - 1].node))
+
+
+def tail(g: Graph, k: int, depth: int = 0) -> Graph | None:
+    """The tail of ``g`` (stage ``depth``'s graph on) cut after its ``k``-th op; None where it
+    keeps a value the head computes after all (an op with effects is never eliminated)."""
+    rest, env = _copy_after(g, g.ops[k - 1].node, depth)
+    alive = set(rest.graph.nodes)
     if any(env[op.node] in alive for op in g.ops[:k - 1]):
         return None
-    return sub_graph(g, _copy_until(g, at)), sub_graph(g, tail)
+    return sub_graph(g, rest)
 
 
 def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None,
          depth: int = 0) -> list[tuple[Graph, Match]] | None:
     """The stages of ``g`` (stage ``depth`` on): the one template ``whole`` finds for it, else
     the longest head ``whole`` matches followed by the tail's own stages; None when no cut gives
-    a pipeline. ``failed`` remembers the tails (by their ops' node names) that have none, so that
-    a long elementwise run, every prefix of which is a head, is not searched again from each."""
+    a pipeline. The tail is built only behind a head that matched. ``failed`` remembers the
+    tails (by their ops' node names) that have none, so that a long elementwise run, every
+    prefix of which is a head, is not searched again from each."""
     failed = set() if failed is None else failed
     key = tuple(op.node.name for op in g.ops)
     found = whole(g) if g.known else None
@@ -117,17 +175,27 @@ def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None,
         return [(g, found)]
     if key in failed:
         return None
-    for k in range(len(g.ops) - 1, 0, -1):
-        parts = cut(g, k, depth)
-        if parts is None or not parts[0].known or parts[0].widest_output() is not None \
-                or parts[1].widest_output() is not None:
+    for k in cuts(g):
+        first = head(g, k)
+        if not first.known or first.widest_output() is not None:
             continue
-        head = whole(parts[0])
-        rest = find(parts[1], whole, failed, depth + 1) if head is not None else None
-        if rest is not None:
-            return [(parts[0], head), *rest]
+        matched = whole(first)
+        if matched is None:
+            continue
+        rest = tail(g, k, depth)
+        found_rest = None if rest is None or rest.widest_output() is not None else \
+            find(rest, whole, failed, depth + 1)
+        if found_rest is not None:
+            return [(first, matched), *found_rest]
     failed.add(key)
     return None
+
+
+def rematch(plan: tuple[Graph, ...], whole: Finder) -> list[tuple[Graph, Match]] | None:
+    """The stages of a pipeline found before (``plan``: its stage graphs) matched again, with
+    other settings (the fallback's IEEE dots): no search; None if a stage no longer matches."""
+    stages = [(part, whole(part)) for part in plan]
+    return None if any(m is None for _, m in stages) else stages  # type: ignore[return-value]
 
 
 @dataclass
@@ -140,6 +208,7 @@ class _Stage:
     body: list[ast.stmt] = field(default_factory=list)
     classes: list[ast.ClassDef] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
 
 
 def _assigned(node: ast.stmt) -> list[str]:
@@ -189,6 +258,35 @@ class _Rename(ast.NodeTransformer):
         return node
 
 
+def _reads(fn: ast.FunctionDef) -> set[str]:
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _shared_key(body: list[ast.stmt], tunables: set[str]) -> str | None:
+    """A stage's module body as text, its tunables' assignments left out: stages with equal
+    keys define the same kernels and helpers, and share one copy (``_share``). None where a
+    function reads a tunable as a global: shared, it would tie two stages' settings."""
+    kept = []
+    for node in body:
+        if isinstance(node, ast.Assign) and _assigned(node) and _assigned(node)[0] in tunables:
+            continue
+        if isinstance(node, ast.FunctionDef) and tunables & (_reads(node) - _locals(node)):
+            return None
+        kept.append(ast.unparse(node))
+    return "\n".join(kept)
+
+
+def _share(stage: _Stage, owner: _Stage) -> None:
+    """``stage`` reads ``owner``'s kernels and helpers, keeping only its own tunables: each
+    kernel of a network's repeated blocks is defined, and compiled, once (a ResNet's 3×3
+    convolutions are a few kernels, not one a block)."""
+    tunables = set(stage.declared.get("TUNABLES", {}))
+    own = {stage.names[n] for n in tunables if n in stage.names}
+    stage.body = [node for node in stage.body if _assigned(node) and _assigned(node)[0] in own]
+    renamer = _Rename({stage.names[n]: owner.names.get(n, n) for n in stage.names if n not in tunables})
+    stage.classes = [renamer.visit(node) for node in stage.classes]
+
+
 def _stage(source: str, i: int) -> _Stage:
     tree, stage = parse(source), _Stage()
     body = tree.body[1:] if tree.body and isinstance(tree.body[0], ast.Expr) \
@@ -202,6 +300,7 @@ def _stage(source: str, i: int) -> _Stage:
             stage.declared[_assigned(node)[0]] = ast.literal_eval(node.value)
         else:
             stage.body.append(node)
+    stage.key = _shared_key(stage.body, set(stage.declared.get("TUNABLES", {})))
     if i:
         stage.names = {n: f"s{i}_{n}" for node in stage.body for n in _assigned(node)}
         renamer = _Rename(stage.names)
@@ -261,7 +360,8 @@ def _methods(stage: _Stage, i: int) -> tuple[list[ast.FunctionDef], ast.Function
 def _merged(stages: list[_Stage]) -> dict[str, Any]:
     """One ``TUNABLES`` (every stage's, renamed), the first stage's ``RESOURCES`` that has one
     (the head's: its tile is what can overflow), and ``STARTS``: each stage's known-good starts
-    with the other stages at their current values."""
+    with the other stages at their current values, or past ``MAX_STARTS`` in all, start ``j``
+    setting every stage to its ``j``-th."""
     tunables: dict[str, Any] = {}
     current: dict[str, Any] = {}
     resources = None
@@ -273,8 +373,13 @@ def _merged(stages: list[_Stage]) -> dict[str, Any]:
                 current[_assigned(node)[0]] = ast.literal_eval(node.value)
         if resources is None and "RESOURCES" in stage.declared:
             resources = _renamed_strings(stage.declared["RESOURCES"], names)
-    starts = [{**current, **{s.names.get(k, k): v for k, v in start.items()}}
-              for s in stages for start in s.declared.get("STARTS", [])]
+    own = [[{s.names.get(k, k): v for k, v in start.items()} for start in s.declared.get("STARTS", [])]
+           for s in stages]
+    if sum(map(len, own)) <= MAX_STARTS:
+        starts = [{**current, **start} for stage in own for start in stage]
+    else:
+        starts = [{**current, **{k: v for stage in own if j < len(stage) for k, v in stage[j].items()}}
+                  for j in range(max(map(len, own)))]
     merged: dict[str, Any] = {"TUNABLES": tunables}
     if resources is not None:
         merged["RESOURCES"] = resources
@@ -308,6 +413,12 @@ def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
     Its class keeps the first stage's class attributes (the reference's, which its constructor
     may read)."""
     parts = [_stage(m.source, i) for i, (_, m) in enumerate(stages)]
+    owners: dict[str, _Stage] = {}
+    for part in parts:
+        if part.key is not None and part.key in owners:
+            _share(part, owners[part.key])
+        elif part.key is not None:
+            owners[part.key] = part
     imports = list(dict.fromkeys(line for p in parts for line in p.imports))
     methods, calls, init = [], [], None
     args = [a.strip() for a in signature.split(",") if a.strip()]
@@ -331,4 +442,5 @@ def compose(stages: list[tuple[Graph, Match]], signature: str) -> Match:
                        body=[*attributes, init, *methods, *parse(forward).body], decorator_list=[])
     lines.append(ast.unparse(ast.fix_missing_locations(cls)))
     dots = next((m.dots for _, m in stages if m.dots), None)
-    return Match("\n\n".join(lines) + "\n", "template: pipeline of " + " → ".join(edits), dots)
+    return Match("\n\n".join(lines) + "\n", "template: pipeline of " + " → ".join(edits), dots,
+                 tuple(part for part, _ in stages))

@@ -94,9 +94,11 @@ def recognise_graph(source: str, constants: dict[str, Any] | None = None,
     return g
 
 
-def match_graph(g: Graph, source: str, sidecar: Sidecar, exact: bool = False) -> match.Match | Miss:
+def match_graph(g: Graph, source: str, sidecar: Sidecar, exact: bool = False,
+                plan: tuple[Graph, ...] = ()) -> match.Match | Miss:
     """The first template the graph matches; ``exact``: fp32 dots in IEEE precision rather than
-    3xTF32 (``_precision``)."""
+    3xTF32 (``_precision``); ``plan``: the stages of a pipeline an earlier match found, tried
+    before searching again."""
     kinds = [op.kind for op in g.ops]
     parts = _reference_parts(source)
     if parts is None:
@@ -109,7 +111,9 @@ def match_graph(g: Graph, source: str, sidecar: Sidecar, exact: bool = False) ->
         found = match.as_returned(g, match.Match(*written)) if written is not None else None
     else:
         precision = _precision(sidecar, g.dtype, exact)
-        stages = pipeline.find(g, lambda part: match.find(part, list(parts), precision))
+        def whole(part: Graph) -> match.Match | None:
+            return match.find(part, list(parts), precision)
+        stages = (pipeline.rematch(plan, whole) if plan else None) or pipeline.find(g, whole)
         found = None if stages is None else stages[0][1] if len(stages) == 1 else \
             pipeline.compose(stages, g.signature)
         if found is not None and found.dots == TF32X3:

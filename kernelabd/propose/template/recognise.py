@@ -36,7 +36,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     seed = g if isinstance(g, Miss) else match_graph(g, source, sidecar)
     if isinstance(seed, Miss):
         return {"declined": seed.reason, "unknown": seed.unknown, "kinds": seed.kinds}
-    exact = match_graph(g, source, sidecar, exact=True) if seed.dots == TF32X3 else None
+    exact = match_graph(g, source, sidecar, exact=True, plan=seed.plan) if seed.dots == TF32X3 else None
     return {"seed": _as_json(seed), "exact": _as_json(exact)}
 
 

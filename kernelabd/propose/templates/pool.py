@@ -6,8 +6,9 @@ pixels of one plane ``(n, c)``; the window's taps are compile-time constants and
 masked load of the shifted input pixels (padding and borders as masks: ``-inf`` for a maximum,
 zero for a sum), accumulated in fp32. An average divides by the window's size, or with
 ``count_include_pad=False`` by its taps inside the input. The geometry is the module's, read at
-trace time (kernel sizes must be constants to unroll); ``ceil_mode``, ``return_indices`` and a
-``divisor_override`` are not ported (the matcher declines them).
+trace time (kernel sizes must be constants to unroll). A maximum's ``ceil_mode`` only adds a
+last window that overhangs the input (its outside taps are masked like padding); an average's,
+``return_indices`` and a ``divisor_override`` are not ported (the matcher declines them).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Pool:
     padding: tuple[int, ...]
     dilation: tuple[int, ...]
     count_include_pad: bool = True
+    ceil_mode: bool = False
 
     @property
     def dims(self) -> int:
@@ -81,9 +83,9 @@ def {op.kind}_pool{op.dims}d_kernel(x_ptr, y_ptr, {sizes}, BLOCK: tl.constexpr):
 
 
 def forward(op: Pool, signature: str) -> str:
-    """The launch, with the output sizes PyTorch's pooling computes (``ceil_mode=False``)."""
+    """The launch, with the output sizes PyTorch's pooling computes."""
     n = op.dims
-    sizes = ", ".join(f"(_in[{i}] + {2 * p} - {d * (k - 1)} - 1) // {s} + 1"
+    sizes = ", ".join(f"_pooled(_in[{i}], {k}, {s}, {p}, {d}, {op.ceil_mode})"
                       for i, (k, s, p, d) in enumerate(zip(op.kernel, op.stride, op.padding, op.dilation, strict=True)))
     args = ", ".join(f"_in[{i}], _out[{i}], _st[{i}]" for i in range(n))
     return f"""
@@ -100,10 +102,22 @@ def forward(self, {signature}):
 """
 
 
+POOLED = '''
+
+def _pooled(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil: bool) -> int:
+    """An output side as PyTorch's pooling sizes it: with ``ceil``, a last window that starts
+    inside the input (or its left padding) and overhangs its end."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (-(-span // stride) if ceil else span // stride) + 1
+    return out - 1 if ceil and (out - 1) * stride >= size + padding else out
+'''
+
+
 def render(op: Pool, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     window = "×".join(map(str, op.kernel))
-    what = f"{op.kind} pool {op.dims}-D, window {window}, stride {'×'.join(map(str, op.stride))}"
+    what = f"{op.kind} pool {op.dims}-D, window {window}, stride {'×'.join(map(str, op.stride))}" \
+        + (", ceil mode" if op.ceil_mode else "")
     source = (common.header(f"Template: {what}, a direct window reduction in fp32.", imports)
               + common.tunables(TUNE_VALUES, SM90_STARTS["any"][0]) + f"STARTS = {SM90_STARTS['any']!r}\n"
-              + kernel(op) + common.model_class(init, forward(op, signature)))
+              + POOLED + kernel(op) + common.model_class(init, forward(op, signature)))
     return source, f"template: {what} (direct, one kernel)"
