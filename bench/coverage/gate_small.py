@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -131,13 +132,18 @@ def inductor_port(source: str) -> Any:
 
 
 PROPOSERS = {"template": attempt, "inductor": inductor_port}
+PROPOSING = threading.Lock()
+"""Proposers trace the reference in this process, and torch.fx's tracer patches globals: two
+threads tracing at once failed with ``CURRENT_PATCHER is None`` or a module "not installed as a
+submodule". Only the gates, each in its own sandbox, run side by side."""
 
 
 def gate_one(path: Path, spatial: int, features: int, work: Path, proposer: str = "template") -> dict[str, Any]:
     source, sizes = shrink(path.read_text(), spatial, features)
     row: dict[str, Any] = {"level": int(path.parent.name.removeprefix("level")), "problem": path.stem, "sizes": sizes}
     t0 = time.monotonic()
-    found = PROPOSERS[proposer](source)
+    with PROPOSING:
+        found = PROPOSERS[proposer](source)
     if not hasattr(found, "source"):
         row.update(outcome=miss(found.reason), reason=found.reason[:300])
         return row
