@@ -40,7 +40,8 @@ CONCATS = {
                                         "torch.randn(3, 5, 7), torch.randn(3, 5, 2)",
                                         "concatenation of 2 along dim 2", "x, y"),
     "stack_of_branches_then_sum": ("self.a = nn.Conv1d(3, 4, 3)\nself.b = nn.Conv1d(3, 4, 3)\n",
-                                   "return torch.stack([torch.relu(self.a(x)), torch.sigmoid(self.b(x))], dim=-1).sum(-1)",
+                                   "return torch.stack([torch.relu(self.a(x)), torch.sigmoid(self.b(x))], "
+                                   "dim=-1).sum(-1)",
                                    "torch.randn(2, 3, 9)", "stack of 2 along dim 3", "x"),
     "cat_of_inputs_along_dim_0": ("", "return torch.cat([x, y, x], 0)", "torch.randn(2, 3, 5), torch.randn(1, 3, 5)",
                                   "concatenation of 3 along dim 0", "x, y"),
