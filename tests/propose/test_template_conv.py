@@ -165,7 +165,7 @@ def test_batchnorm_after_a_conv_reads_its_statistics_per_output_channel(tmp_path
                             extra_init="self.bn = nn.BatchNorm2d(8)\n")
     found = instantiate(source)
     assert found is not None and found.edit.startswith("template: conv2d (conv2d + bias + sub")
-    assert "_operand(" not in found.source and "self.bn.running_var.view(-1, 1, 1).stride(-3)" in found.source
+    assert "_operand(" not in found.source and "self.bn.running_var.reshape(-1, 1, 1).stride(-3)" in found.source
     assert_passes(gate(tmp_path, "conv_batchnorm", source, None, found.source))
 
 
