@@ -573,6 +573,10 @@ def _instance_norm_op(node: fx.Node, module: nn.Module, x: Any) -> Op | None:
                                          "weight": None, "bias": None})
 
 
+CONCATS = ("cat", "stack")
+"""The kinds the concatenation template computes (``torch.stack`` adds the dim it joins on)."""
+
+
 def _concat_op(node: fx.Node, kind: str) -> Op | None:
     """``torch.cat(tensors, dim)`` and its kin: the tensors are the op's arguments, so that a
     graph reads each as any op's operand (a pipeline's stage result, an input)."""
@@ -598,7 +602,7 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         kind = METHODS.get(name) or (METHODS.get(name[:-1]) if name.endswith("_") else None)
     if kind is None:
         return None
-    if kind in ("cat", "stack"):
+    if kind in CONCATS:
         return _concat_op(node, kind)
     x = node.args[0] if node.args else node.kwargs.get("input")
     if kind in common.BINARY or kind in ("maximum", "minimum"):

@@ -227,12 +227,16 @@ class Graph:
         if base is None:
             self.inner_views.append(node)
             return "a view of a computed value before further ops"
-        call = self.call_expr(RESHAPED.get(op.attrs["method"], op.attrs["method"]), op.attrs["args"],
-                              op.attrs["kwargs"])
+        call = self.view_call(op)
         if call is None:
             return "view sizes computed from values no expression reaches"
         self.leaves[node] = f"{base}.{call}"
         return None
+
+    def view_call(self, op: Op, names: dict[fx.Node, str] | None = None) -> str | None:
+        """A view op as a forward-side call, ``view`` written as ``reshape`` (``RESHAPED``)."""
+        method = op.attrs["method"]
+        return self.call_expr(RESHAPED.get(method, method), op.attrs["args"], op.attrs["kwargs"], names)
 
     def call_expr(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                   names: dict[fx.Node, str] | None = None) -> str | None:
@@ -481,8 +485,7 @@ class Graph:
             op = canon(node, self.gm) if node in self.trailing else None
             if op is None or op.kind != "view":
                 continue
-            call = self.call_expr(RESHAPED.get(op.attrs["method"], op.attrs["method"]), op.attrs["args"],
-                                  op.attrs["kwargs"], names)
+            call = self.view_call(op, names)
             if call is None:
                 return None
             calls.append(f".{call}")

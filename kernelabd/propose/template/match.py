@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from kernelabd.propose.template.canon import CONVS, REDUCTIONS, Op, arg_of, as_dim, dtype_of, is_number
+from kernelabd.propose.template.canon import CONCATS, CONVS, REDUCTIONS, Op, arg_of, as_dim, dtype_of, is_number
 from kernelabd.propose.template.graph import Graph
 from kernelabd.propose.templates import (
     attention,
@@ -345,7 +345,7 @@ def match_concat(g: Graph, init: list[Any]) -> Match | None:
     """A concatenation or stack of inputs (in a pipeline, of earlier stages' results), all of
     one rank and dtype: read as they are stored where all widen the same dtype (the result is
     cast as the reference returns it), else as the reference casts them."""
-    if len(g.ops) != 1 or g.ops[0].kind not in ("cat", "stack") or g.out is not g.ops[0].node:
+    if len(g.ops) != 1 or g.ops[0].kind not in CONCATS or g.out is not g.ops[0].node:
         return None
     op = g.ops[0]
     read = g.loaded if len({g.value_dtype(g.strip(a)) for a in op.args}) == 1 else g.leaf

@@ -84,8 +84,8 @@ def _copy_until(g: Graph, at: fx.Node) -> fx.GraphModule:
     return _module(g, head)
 
 
-def _copy_after(g: Graph, at: fx.Node, depth: int) -> tuple[fx.GraphModule, dict[fx.Node, fx.Node]]:
-    """Every node but ``at``, whose value is the new first input: the tail, with the copies.
+def _copy_after(g: Graph, at: fx.Node, depth: int) -> fx.GraphModule:
+    """Every node but ``at``, whose value is the new first input: the tail.
     ``g`` is stage ``depth``'s graph on: its own first input (stage ``depth - 1``'s result) is
     dropped where the tail does not read it, else kept as ``stage_v{depth - 1}``."""
     tail = fx.Graph()
@@ -103,7 +103,7 @@ def _copy_after(g: Graph, at: fx.Node, depth: int) -> tuple[fx.GraphModule, dict
         else:
             gm.graph.erase_node(inputs[STAGE_INPUT])
     inputs[f"{STAGE_INPUT}_next"].target = STAGE_INPUT
-    return gm, env
+    return gm
 
 
 MAX_HEAD_ANCHORS = 4
@@ -116,11 +116,12 @@ def _anchors(op: Op) -> int:
     return 0 if op.kind in ELEMENTWISE or op.kind in POSITIONAL else 1
 
 
-def _tail_reads(g: Graph, at: fx.Node) -> set[fx.Node]:
-    """The nodes the graph's output depends on other than through ``at``: those a tail cut
-    after ``at`` keeps (found without building it)."""
-    output = next(n for n in reversed(g.gm.graph.nodes) if n.op == "output")
-    seen, stack = {at}, [output]
+def _tail_reads(at: fx.Node, roots: list[fx.Node]) -> set[fx.Node]:
+    """The nodes ``roots`` (the output and every op with effects) depend on other than through
+    ``at``: those a tail cut after ``at`` keeps once its dead code is eliminated (found without
+    building it)."""
+    seen, stack = {at}, [r for r in roots if r is not at]
+    seen.update(stack)
     while stack:
         node = stack.pop()
         for arg in node.all_input_nodes:
@@ -136,11 +137,12 @@ def cuts(g: Graph) -> list[int]:
     no value the head computes but its result, and the head holds at most
     ``MAX_HEAD_ANCHORS`` ops that are not elementwise."""
     found, anchors = [], 0
+    roots = [n for n in g.gm.graph.nodes if n.is_impure()]     # the output, placeholders, effects
     for k, op in enumerate(g.ops[:-1], start=1):
         anchors += _anchors(op)
         if anchors > MAX_HEAD_ANCHORS:
             break
-        reads = _tail_reads(g, op.node)
+        reads = _tail_reads(op.node, roots)
         if not any(earlier.node in reads for earlier in g.ops[:k - 1]):
             found.append(k)
     return found[::-1]
@@ -151,14 +153,9 @@ def head(g: Graph, k: int) -> Graph:
     return sub_graph(g, _copy_until(g, g.ops[k - 1].node))
 
 
-def tail(g: Graph, k: int, depth: int = 0) -> Graph | None:
-    """The tail of ``g`` (stage ``depth``'s graph on) cut after its ``k``-th op; None where it
-    keeps a value the head computes after all (an op with effects is never eliminated)."""
-    rest, env = _copy_after(g, g.ops[k - 1].node, depth)
-    alive = set(rest.graph.nodes)
-    if any(env[op.node] in alive for op in g.ops[:k - 1]):
-        return None
-    return sub_graph(g, rest)
+def tail(g: Graph, k: int, depth: int = 0) -> Graph:
+    """The tail of ``g`` (stage ``depth``'s graph on) cut after its ``k``-th op (one of ``cuts``)."""
+    return sub_graph(g, _copy_after(g, g.ops[k - 1].node, depth))
 
 
 def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None,
@@ -183,8 +180,7 @@ def find(g: Graph, whole: Finder, failed: set[tuple[str, ...]] | None = None,
         if matched is None:
             continue
         rest = tail(g, k, depth)
-        found_rest = None if rest is None or rest.widest_output() is not None else \
-            find(rest, whole, failed, depth + 1)
+        found_rest = None if rest.widest_output() is not None else find(rest, whole, failed, depth + 1)
         if found_rest is not None:
             return [(first, matched), *found_rest]
     failed.add(key)
