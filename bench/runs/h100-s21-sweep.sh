@@ -18,7 +18,10 @@
 # "scan" (the inductor proposer's port of cumulative sums and products, which no template matches);
 # "fewc" (a K step of 16 for convolutions over few input channels, against the former 32);
 # "dir2", "dir1a", "dir1b" (session 26: the direct K loop over few input channels, against the
-# implicit GEMM, and on L1 #63's 16 channels; "dirq", "dirq1", "dirs" the same, fewer, for short calls).
+# implicit GEMM, and on L1 #63's 16 channels; "dirq", "dirq1", "dirs" the same, fewer, for short calls);
+# "l3a", "l3b" (session 28: level 3 blocks and whole networks as pipelines, with their first-call compile time);
+# "l3g" (session 28: minGPT's attention and block, ReLU self-attention, traced at their sizes with the causal mask
+# from a buffer; nn.MultiheadAttention written out).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
@@ -75,6 +78,11 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     dirq1) L=level1; ONLY="54_conv_standard_3D__square_input__square_kernel" VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4" ;;
     dir1b) L=level1; ONLY="63_conv_standard_2D__square_input__square_kernel"
       VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirn32:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_N=32" ;;
+    l3g) L=level3; ONLY="43_MinGPTCausalAttention 44_MiniGPTBlock 50_ReLUSelfAttention 31_VisionAttention
+      32_ConvolutionalVisionTransformer" ;;
+    l3a) L=level3; ONLY="1_MLP 8_ResNetBasicBlock 6_GoogleNetInceptionModule 17_SqueezeNetFireModule 25_ShuffleNetUnit
+      4_LeNet5 13_DenseNet121TransitionLayer" ;;
+    l3b) L=level3; ONLY="9_ResNet18 19_MobileNetV1 18_SqueezeNet 11_VGG16" ;;
     ops) L=level1; ONLY="33_BatchNorm 38_L1Norm_ 39_L2Norm_" ;;
     ops2) L=level2; ONLY="52_Conv2d_Activation_BatchNorm 73_Conv2d_BatchNorm_Scaling 89_ConvTranspose3d_MaxPool_Softmax_Subtract_Swish_Max" ;;
     convx) L=level1; ONLY="87_conv_pointwise_2D 54_conv_standard_3D__square_input__square_kernel 86_conv_depthwise_separable_2D"

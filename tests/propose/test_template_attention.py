@@ -29,6 +29,7 @@ from tests.propose.test_template import context, reference
 QKV = "torch.randn(1, 2, 77, 64), torch.randn(1, 2, 77, 64), torch.randn(1, 2, 77, 64)"
 SDPA = "def forward(self, q, k, v):\n    return F.scaled_dot_product_attention(q, k, v{})\n"
 
+CAUSAL_BUFFER = "self.register_buffer('bias', torch.tril(torch.ones(96, 96)).view(1, 1, 96, 96))\n"
 # name -> (reference source, words the edit line must contain)
 REFERENCES: dict[str, tuple[str, str]] = {
     "sdpa": (reference(SDPA.format(""), inputs=QKV), "(scaled_dot_product_attention;"),
@@ -61,6 +62,35 @@ REFERENCES: dict[str, tuple[str, str]] = {
         "                                          v.transpose(1, 2), is_causal=True)\n",
         inputs="torch.randn(1, 77, 2, 32), torch.randn(1, 77, 2, 32), torch.randn(1, 77, 2, 32)"),
         "causal;"),
+    # the heads joined again after the attention: the output's own views, made on the result
+    "sdpa_heads_joined": (reference(
+        "def forward(self, q, k, v):\n"
+        "    return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(1, 77, 128)\n", inputs=QKV),
+        "(scaled_dot_product_attention; flash-style, online softmax); output viewed as it returns it"),
+    # minGPT's causal mask: a tril buffer sliced to the traced length (a size torch.fx cannot
+    # slice with, so the graph is traced at its sizes) and compared with 0
+    "written_out_causal_buffer": (reference(
+        """\
+        def forward(self, q, k, v):
+            T = q.size(-2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+            return F.softmax(att, dim=-1) @ v
+        """, init=CAUSAL_BUFFER,
+        inputs=QKV).replace("import torch\n", "import math\nimport torch\n", 1),
+        "softmax(q @ k^T * scale) @ v, causal;"),
+    # ReLU in place of the softmax (KernelBench L3 #50): masked keys weigh 0
+    "written_out_relu_causal": (reference(
+        """\
+        def forward(self, q, k, v):
+            att = (q @ k.mT) * 0.125
+            att = att.masked_fill(self.bias[:, :, :77, :77] == 0, float('-inf'))
+            return F.relu(att) @ v
+        """, init=CAUSAL_BUFFER,
+        inputs=QKV), "relu(q @ k^T * scale) @ v, causal;"),
+    "written_out_relu": (reference(
+        "def forward(self, q, k, v):\n    return torch.relu(q @ k.mT * 0.125) @ v\n", inputs=QKV),
+        "relu(q @ k^T * scale) @ v;"),
     # bfloat16 through tl.dot: the interpreter needs the templates' fp32 widening (see _dot)
     "sdpa_bf16": (reference(SDPA.format(""), inputs=", ".join(["torch.randn(1, 2, 77, 64, dtype=torch.bfloat16)"] * 3)),
                   "(scaled_dot_product_attention;"),
@@ -203,10 +233,13 @@ def test_tf32_dots_only_when_the_sidecar_allows_them():
     SDPA.format(", enable_gqa=True"),
     "def forward(self, q, k, v):\n    return F.dropout(F.softmax(q @ k.mT, dim=-1), 0.1) @ v\n",
     "def forward(self, q, k, v):\n"
-    "    s = (q @ k.mT).masked_fill(self.mask == 0, float('-inf'))\n"
+    "    s = (q @ k.mT).masked_fill(self.mask.triu() == 0, float('-inf'))\n"
     "    return F.softmax(s, dim=-1) @ v\n",
     "def forward(self, q, k, v):\n"
-    "    return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 16, 32)\n",
+    "    s = (q @ k.mT).masked_fill(self.mask == 0, -1e4)\n"
+    "    return F.softmax(s, dim=-1) @ v\n",
+    "def forward(self, q, k, v):\n"
+    "    return F.relu(q @ k.mT).masked_fill(self.mask == 0, float('-inf')) @ v\n",
 ])
 def test_attention_with_a_term_the_kernel_lacks_matches_nothing(forward):
     source = reference(forward, init="self.mask = torch.ones(16, 16).tril()\n",

@@ -22,7 +22,7 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
+from types import CellType, FunctionType, ModuleType
 from typing import Any
 
 import numpy
@@ -848,7 +848,7 @@ class Harness:
         """The reference model of one shape in float64, built once (for every input set of that
         shape and every re-checked timed sample)."""
         if shape not in self.oracle_models:
-            self.oracle_models[shape] = copy.deepcopy(self.models[shape]).double()
+            self.oracle_models[shape] = model_copy(self.models[shape]).double()
         return self.oracle_models[shape]
 
     def oracle_fingerprints(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -885,6 +885,32 @@ class Harness:
             w = self.weights_for(j, o, per_row * rows if rows else None)
             found.append((perturb.fingerprint(o, w, row * per_row), squared_norm(o), gate.all_finite(o)))
         return found
+
+
+
+def model_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``model`` whose functions close over the copy: ``copy.deepcopy`` keeps a
+    function stored on a module as it is, so minGPT's ``self.mlpf = lambda x:
+    m.c_proj(m.act(m.c_fc(x)))`` would still run the original's float32 layers inside a float64
+    oracle (and fail, or mix precisions)."""
+    memo: dict[int, Any] = {}
+    twin = copy.deepcopy(model, memo)
+    for module in twin.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, FunctionType) and value.__closure__:
+                cells = tuple(_cell_copy(c, memo) for c in value.__closure__)
+                module.__dict__[name] = FunctionType(value.__code__, value.__globals__, value.__name__,
+                                                     value.__defaults__, cells)
+    return twin
+
+
+def _cell_copy(cell: CellType, memo: dict[int, Any]) -> CellType:
+    """``cell`` holding the copy of what it holds, where the deep copy made one."""
+    try:
+        contents = cell.cell_contents
+    except ValueError:      # a cell not yet filled
+        return CellType()
+    return CellType(memo.get(id(contents), contents))
 
 
 def squared_norm(t: torch.Tensor) -> float:

@@ -65,10 +65,12 @@ FUNCTIONS: dict[Any, str] = {
     F.dropout: "dropout", torch.dropout: "dropout", F.dropout1d: "dropout", F.dropout2d: "dropout",
     F.dropout3d: "dropout", F.alpha_dropout: "dropout", F.batch_norm: "batch_norm",
     torch.reshape: "view", torch.flatten: "view", torch.unsqueeze: "view", torch.squeeze: "view",
+    torch.split: "view", torch.chunk: "view", torch.unbind: "view", torch.narrow: "view",
+    torch.select: "view",
     torch.t: "transpose", torch.multiply: "mul", torch.divide: "div", torch.true_divide: "div",
     torch.subtract: "sub", torch.negative: "neg", torch.special.expit: "sigmoid",
     torch.triu: "triu", torch.tril: "tril", torch.cat: "cat", torch.concat: "cat",
-    torch.concatenate: "cat", torch.stack: "stack",
+    torch.concatenate: "cat", torch.stack: "stack", torch.masked_fill: "masked_fill",
 }
 METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "relu": "relu",
@@ -86,6 +88,8 @@ METHODS: dict[str, str] = {
     "type": "cast", "type_as": "cast", "cuda": "cast", "cpu": "cast",
     "view": "view", "reshape": "view", "flatten": "view", "unsqueeze": "view", "squeeze": "view",
     "view_as": "view", "reshape_as": "view", "expand": "view", "expand_as": "view", "unflatten": "view",
+    "masked_fill": "masked_fill",
+    "split": "view", "chunk": "view", "unbind": "view", "narrow": "view", "select": "view", "unfold": "view",
     "multiply": "mul", "divide": "div", "true_divide": "div", "subtract": "sub", "negative": "neg",
 }
 MODULES: dict[type, str] = {
@@ -628,6 +632,8 @@ def canon(node: fx.Node, gm: fx.GraphModule) -> Op | None:
         return Op(node, kind, (x, diagonal)) if isinstance(diagonal, int) and _kwargs_ok(node, {"diagonal"}) else None
     if kind == "matmul":
         return Op(node, kind, (node.args[0], node.args[1]))
+    if kind == "masked_fill" and _kwargs_ok(node, {"mask", "value"}):
+        return Op(node, kind, (x, arg_of(node, 1, "mask")), {"value": arg_of(node, 2, "value")})
     if kind == "getitem":
         return Op(node, kind, (x, node.args[1]))
     if kind == "linear":

@@ -34,6 +34,8 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -42,6 +44,7 @@ from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelabd.harness.problem import one_line
+from kernelabd.propose.template import sized
 from kernelabd.propose.template.canon import (
     ELEMENTWISE,
     EXPRESSION_FUNCTIONS,
@@ -71,6 +74,7 @@ from kernelabd.propose.template.canon import (
     meta_of,
 )
 from kernelabd.propose.template.einsum import decompose_einsum
+from kernelabd.propose.template.transformer import decompose_encoders, decompose_mha
 from kernelabd.propose.templates import common
 from kernelabd.service.capture import load_reference
 
@@ -79,6 +83,9 @@ RESHAPED = {"view": "reshape", "view_as": "reshape_as"}
 """Views written as reshapes in operand expressions: the same view wherever ``view`` would
 succeed, and a copy where the reference made one with ``.contiguous()``, which is an alias here
 (ShuffleNet's channel shuffle: ``x.view(…).transpose(1, 2).contiguous().view(…)``)."""
+REWRITES = (decompose_encoders, decompose_mha, decompose, decompose_norms, decompose_einsum, explicit_casts)
+"""The graph rewrites, in order, shapes propagated again after each that changes the graph (the
+next reads the shapes of what it made)."""
 RENAMED = "_in"
 """The suffix of the inputs' names in a candidate whose operands are expressions over them."""
 
@@ -103,6 +110,7 @@ class Graph:
         self.ops: list[Op] = []
         self.unknown: list[str] = []               # why, for each node no template knows
         self.inner_views: list[fx.Node] = []       # among those, views of computed values
+        self.causal_masks: set[fx.Node] = set()    # constants that hide the keys after each query
         self.casts = False
         self.keep_casts = False
         output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
@@ -129,14 +137,15 @@ class Graph:
         return len(self.unknown) == len(self.inner_views)
 
     def _trailing(self, output: Any) -> set[fx.Node]:
-        """The casts and views the graph ends with: they set the output's dtype and shape. A
+        """The casts and views (transposes too) the graph ends with: they set the output's
+        dtype, shape and strides, and are made on the computed result. A
         cast there that rounds to a narrower dtype than the output's (``y.half().float()``) is
         not one of them: its rounding shows, so it stays a ``round_*`` op."""
         found: set[fx.Node] = set()
         node, final = output, dtype_of(output)
         while isinstance(node, fx.Node) and node.op != "placeholder":
             op = canon(node, self.gm) if node.op.startswith("call") else None
-            if op is None or op.kind not in ("cast", "view", "identity"):
+            if op is None or op.kind not in ("cast", "view", "identity", "transpose"):
                 break
             source, target = dtype_of(op.args[0]), dtype_of(node)
             if op.kind == "cast" and not lossless(source, target) and target != final \
@@ -156,6 +165,8 @@ class Graph:
         value = getattr(self.gm, str(node.target), None)
         if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
             self.alias[node] = value.item()
+        elif isinstance(value, torch.Tensor) and causal_mask(value):
+            self.causal_masks.add(node)
         else:
             self.unknown.append(f"a tensor constant made in forward ({node.name})")
 
@@ -168,11 +179,13 @@ class Graph:
             return
         if op.kind == "meta":
             return
-        if op.kind == "identity":
+        if op.kind == "identity" or (op.kind == "transpose" and node in self.trailing):
             self.alias[node] = self.resolve(op.args[0])
             return
         why = None
-        if op.kind == "cast":
+        if op.kind == "masked_fill":
+            why = self._masked_fill(node, op)
+        elif op.kind == "cast":
             why = self._cast(node, op)
         elif op.kind == "view":
             why = self._view(node, op)
@@ -192,6 +205,20 @@ class Graph:
                                {k: self.resolve(v) for k, v in op.attrs.items()}))
         if why:
             self.unknown.append(f"{describe(node, self.gm)} ({node.name}): {why}")
+
+    def _masked_fill(self, node: fx.Node, op: Op) -> str | None:
+        """``scores.masked_fill(mask, -inf)`` with a causal mask (``causal_mask``) is causal
+        attention's masking, an op ``causal`` that attention reads; any other mask is a
+        gather of values no template makes."""
+        x, mask = (self.resolve(a) for a in op.args)
+        value = op.attrs["value"]
+        if mask not in self.causal_masks or not (isinstance(value, float) and value == -math.inf):
+            return "a mask other than a causal one filled with -inf"
+        shape = self.shape(x)
+        if not shape or len(shape) < 2:
+            return "a mask over fewer than two dims"
+        self.ops.append(Op(node, "causal", (x,), {}))
+        return None
 
     def _cast(self, node: fx.Node, op: Op) -> str | None:
         """Place a dtype cast (see the module's docstring); the reason when no template can
@@ -483,13 +510,24 @@ class Graph:
         calls = []
         for node in self.gm.graph.nodes:
             op = canon(node, self.gm) if node in self.trailing else None
-            if op is None or op.kind != "view":
+            if op is None or op.kind not in ("view", "transpose"):
                 continue
-            call = self.view_call(op, names)
+            call = self.view_call(op, names) if op.kind == "view" else "transpose({}, {})".format(*op.attrs["dims"])
             if call is None:
                 return None
             calls.append(f".{call}")
         return "".join(calls)
+
+
+def causal_mask(value: torch.Tensor) -> bool:
+    """Whether ``value`` hides exactly the keys after each query: a bool tensor of ones over
+    leading dims ``(1, …, 1, M, N)`` with ``value[i, j] = j > i`` (``tril(ones) == 0``),
+    PyTorch's top-left aligned causal mask."""
+    if value.dtype != torch.bool or value.dim() < 2 or value.device.type == "meta" \
+            or any(d != 1 for d in value.shape[:-2]):
+        return False
+    rows, cols = value.shape[-2:]
+    return bool(torch.equal(value.reshape(rows, cols), torch.ones(rows, cols, dtype=torch.bool).triu(1)))
 
 
 def _canon_kind(node: fx.Node, gm: fx.GraphModule) -> str | None:
@@ -510,7 +548,11 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
 
     Built and propagated on the meta device first, so that KernelBench's sizes (a 4096 ×
     393216 softmax) cost nothing; a reference that cannot run on meta tensors (``.item()``,
-    NumPy inputs) is built again on the CPU. Raises ``NotRecognised`` with the reason."""
+    NumPy inputs) is built again on the CPU. A forward that torch.fx cannot trace because its
+    Python reads sizes is traced at the given sizes (``sized``). Where tracing makes tensors
+    from buffers (a causal mask sliced from one), it runs on a CPU build, so that they keep
+    their values, and the graph then moves to the meta device. Raises ``NotRecognised`` with
+    the reason."""
     failures = []
     for device in ("meta", "cpu"):
         try:
@@ -521,16 +563,20 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
         try:
             gm = fx.symbolic_trace(model)
         except Exception as exc:
-            raise NotRecognised(f"torch.fx cannot trace forward: {one_line(exc, 300)}") from exc
+            gm, model, inputs = _sized(source, constants, exc)
+        else:
+            if device == "meta" and any(_mask_like(v) for v in _constants(gm).values()):
+                model, inputs = _build(source, constants, "cpu")
+                gm, model, inputs = _to_meta(fx.symbolic_trace(model), model, inputs)
         why = functionalise(gm)
         if why is not None:
             raise NotRecognised(why)
         gm.recompile()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _constants_on(gm, inputs):
                 ShapeProp(gm).propagate(*inputs)
-                for rewritten in (decompose, decompose_norms, decompose_einsum, explicit_casts):
-                    if rewritten(gm):      # the next rewrite reads the shapes of what this one made
+                for rewritten in REWRITES:
+                    if rewritten(gm):
                         ShapeProp(gm).propagate(*inputs)
         except Exception as exc:
             failures.append(f"running forward on {device} tensors failed: {one_line(exc, 300)}")
@@ -538,3 +584,58 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
         g = Graph(gm, model)
         return Graph(gm, model, rename=True) if g.leaves else g
     raise NotRecognised(failures[-1])
+
+
+def _sized(source: str, constants: dict[str, Any] | None,
+           failure: Exception) -> tuple[fx.GraphModule, nn.Module, list[Any]]:
+    """The reference built on the CPU and traced at its sizes (``sized.trace``), then moved to
+    the meta device (``_to_meta``). ``failure`` is symbolic tracing's, the reason given when
+    this fails too."""
+    why = f"torch.fx cannot trace forward: {one_line(failure, 300)}"
+    try:
+        model, inputs = _build(source, constants, "cpu")
+        gm = sized.trace(model, inputs)
+    except sized.Unrolled as exc:
+        raise NotRecognised(f"{why}; traced at its sizes, {exc}") from exc
+    except Exception as exc:
+        raise NotRecognised(why) from exc
+    return _to_meta(gm, model, inputs)
+
+
+def _mask_like(value: torch.Tensor) -> bool:
+    """A meta tensor constant that may be a causal mask, whose values only a CPU build has."""
+    return value.device.type == "meta" and value.dtype == torch.bool and value.dim() >= 2
+
+
+def _to_meta(gm: fx.GraphModule, model: nn.Module,
+             inputs: list[Any]) -> tuple[fx.GraphModule, nn.Module, list[Any]]:
+    """A CPU-built graph, its model and inputs moved to the meta device, so that propagating
+    shapes costs nothing; the tensor constants tracing made keep their values."""
+    real = _constants(gm)
+    model.to("meta")
+    gm.to("meta")
+    for name, value in real.items():
+        setattr(gm, name, value)
+    return gm, model, [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _constants(gm: fx.GraphModule) -> dict[str, torch.Tensor]:
+    """The tensors fx made attributes of ``gm`` while tracing (a plain attribute or a buffer)."""
+    found = {**vars(gm), **gm._buffers}
+    return {name: value for name, value in found.items()
+            if name.startswith(FX_CONSTANT) and isinstance(value, torch.Tensor)}
+
+
+@contextmanager
+def _constants_on(gm: fx.GraphModule, inputs: list[Any]) -> Iterator[None]:
+    """The tensor constants of ``gm`` on the inputs' device while shapes propagate (a sized
+    trace's real constants among meta inputs), their own values afterwards."""
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), None)
+    saved = {name: value for name, value in _constants(gm).items() if value.device != device}
+    for name, value in saved.items():
+        setattr(gm, name, value.to(device))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(gm, name, value)

@@ -607,21 +607,29 @@ class _Attention:
         qv, kv, vv = self.view(q), self.view(k), self.view(v)
         return (qv, kv, vv) if qv is not None and kv is not None and vv is not None else None
 
-    def written(self, top: Op, factors: list[str]) -> tuple[Any, Any, Any] | None:
-        """(q, k, v) of ``softmax(q @ kᵀ * scale, dim=-1) @ v``, with the scale factors found
-        on the scores, on ``q`` and on ``kᵀ`` or ``k``; None for any other shape of graph."""
-        soft = self.op(top.args[0], "softmax")
+    def written(self, top: Op, factors: list[str]) -> tuple[Any, Any, Any, bool, bool] | None:
+        """(q, k, v, causal, relu) of ``softmax(q @ kᵀ * scale, dim=-1) @ v`` or of ``relu(…) @
+        v``, with the scale factors found on the scores, on ``q`` and on ``kᵀ`` or ``k``, and
+        the scores masked causally or not (``scores.masked_fill(causal mask, -inf)``, before or
+        after the scaling, before the softmax or ReLU); None for any other shape of graph."""
+        soft = self.op(top.args[0], "softmax", "relu")
         shape = self.g.shape(top.args[0])
-        if soft is None or not shape or soft.attrs["dim"] is None or soft.attrs["dim"] % len(shape) != len(shape) - 1:
+        if soft is None or not shape or (soft.kind == "softmax" and (
+                soft.attrs["dim"] is None or soft.attrs["dim"] % len(shape) != len(shape) - 1)):
             return None
-        scores = self.op(self.unscaled(soft.args[0], factors), "matmul")
+        scaled = self.unscaled(soft.args[0], factors)
+        masked = self.op(scaled, "causal")
+        if masked is not None:
+            scaled = self.unscaled(masked.args[0], factors)
+        scores = self.op(scaled, "matmul")
         kt = self.transpose(self.unscaled(scores.args[1], factors)) if scores is not None else None
         k_shape = self.g.shape(kt[0]) if kt is not None else None
         if kt is None or not k_shape:
             return None
         if {d % len(k_shape) for d in kt[1]} != {len(k_shape) - 2, len(k_shape) - 1}:
             return None
-        return self.unscaled(scores.args[0], factors), self.unscaled(kt[0], factors), top.args[1]
+        return (self.unscaled(scores.args[0], factors), self.unscaled(kt[0], factors), top.args[1],
+                masked is not None, soft.kind == "relu")
 
     def transpose(self, value: Any) -> tuple[Any, tuple[int, int]] | None:
         """(what is transposed, the dims): a transpose op, or a transposed input (a leaf)."""
@@ -633,9 +641,10 @@ class _Attention:
 
 def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
     """``F.scaled_dot_product_attention(q, k, v[, is_causal, scale])``, or the written-out
-    ``softmax(q @ kᵀ * scale, dim=-1) @ v`` (any mix of ``matmul``/``@``/``bmm``, ``transpose``/
-    ``mT``/``permute``, scale by a number or from the inputs' sizes, on the scores or on
-    ``q``/``k``). Every op of the graph must be part of it and the output the attention itself."""
+    ``softmax(q @ kᵀ * scale, dim=-1) @ v`` or ``relu(…) @ v``, either masked causally (any mix
+    of ``matmul``/``@``/``bmm``, ``transpose``/``mT``/``permute``, scale by a number or from the
+    inputs' sizes, on the scores or on ``q``/``k``). Every op of the graph must be part of it
+    and the output the attention itself."""
     at = _Attention(g)
     top = at.op(g.out, "sdpa", "matmul") if isinstance(g.out, fx.Node) else None
     if top is None:
@@ -644,8 +653,10 @@ def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
     sdpa = top.kind == "sdpa"
     if sdpa:
         qkv = (at.unscaled(top.args[0], factors), at.unscaled(top.args[1], factors), top.args[2])
+        causal, relu = bool(top.attrs["is_causal"]), False
     else:
-        qkv = at.written(top, factors)
+        written = at.written(top, factors)
+        qkv, causal, relu = (written[:3], *written[3:]) if written is not None else (None, False, False)
     views = at.operands(*qkv) if qkv is not None else None
     if views is None:
         return None
@@ -656,10 +667,12 @@ def match_attention(g: Graph, init: list[Any], precision: str) -> Match | None:
         factors.insert(0, at.factor(scale) or "")
     if not all(factors) or at.used != set(at.ops):
         return None
-    causal = bool(top.attrs["is_causal"]) if sdpa else False
     head = g.shape(qkv[0])
     wide = bool(head) and head[-1] > attention.MAX_HEAD
-    spec = attention.Attention(*views, " * ".join(factors) or "1.0", causal, sdpa, precision, g.half, wide)
+    if wide and relu:           # the materialised form's middle kernel is a softmax
+        return None
+    spec = attention.Attention(*views, " * ".join(factors) or "1.0", causal, sdpa, precision, g.half, wide, relu,
+                               head[-1] if head else 0)
     return Match(*attention.render(spec, g.signature, *init), precision)
 
 

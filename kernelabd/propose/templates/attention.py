@@ -69,6 +69,21 @@ the H200's runners-up in session 20's seeds run: 128×128 tiles on 8 warps with 
 (non-causal SDPA's best, 0.542 ms), the tutorial's 128×64, and 128×128 without descriptors.
 ``SPLIT_MASK = 1`` throughout: causal attention ran 1.36× faster with the split loop (0.208 ms
 against 0.283). Each dict sets every tunable."""
+NARROW_FP32 = {**TUNE_START, "BLOCK_M": 32}
+"""The fp32 start where the padded head is wider than 64: 3xTF32 dots keep each operand twice
+(head and tail), and at 64 query rows a 96-wide head (KernelBench L3 #43, padded to 128) spilled
+168 B a thread for sm_90 (Triton 3.6; 255 registers), at 32 rows 24 B; a 64-key block spilled
+256 B even at 32 rows, so the neighbour tried is a third stage instead."""
+
+
+def starts(op: Attention) -> list[dict[str, int]]:
+    """The flash kernel's starts for ``op``, the seed first."""
+    if op.half:
+        return SM90_STARTS["half"]
+    if max(16, 1 << (op.head - 1).bit_length()) > 64:
+        return [NARROW_FP32, {**NARROW_FP32, "num_stages": 3}]
+    return SM90_STARTS["fp32"]
+
 
 AS_4D = '''
 
@@ -126,20 +141,34 @@ class Attention:
     precision: str      # "ieee", "tf32" or "tf32x3"
     half: bool = False  # fp16/bf16 operands
     wide: bool = False  # a head wider than MAX_HEAD at the traced size: the materialised form
+    relu: bool = False  # ``relu(q kᵀ · scale [masked]) v``: scores through ReLU, no softmax
+    head: int = 0       # the query/key head dim at the traced size
 
 
 def kernel(precision: str) -> str:
     return f'''
 
 @triton.jit
+def _keep(cols, rm, N, IS_CAUSAL: tl.constexpr):
+    """Which scores of a block count: keys below ``N`` and, causal, not after the query."""
+    keep = cols[None, :] < N
+    if IS_CAUSAL:
+        keep = keep & (cols[None, :] <= rm[:, None])
+    return keep
+
+
+@triton.jit
 def _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, lo, hi, qk_scale, rm, rn, rd, re, M, N, D, DV,
             sqd, skn, skd, svn, svd, MASKED: tl.constexpr, IN_BOUNDS: tl.constexpr,
             IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-            EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr, D_CHUNKED: tl.constexpr, TMA: tl.constexpr):
+            EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr, D_CHUNKED: tl.constexpr, TMA: tl.constexpr,
+            RELU: tl.constexpr):
     """Key blocks ``lo`` to ``hi`` of one query block into the online softmax. ``MASKED``: a
     block may hold keys past ``N`` or above the causal diagonal, so scores are masked;
     ``IN_BOUNDS``: every key is below ``N``, so key and value rows load without a mask.
-    ``k_src``/``v_src``: this head's keys and values, pointers or (``TMA``) descriptors."""
+    ``k_src``/``v_src``: this head's keys and values, pointers or (``TMA``) descriptors.
+    ``RELU``: the scores pass through ReLU instead (a masked key weighs 0) and the products
+    add up as they are, with no running max or sum."""
     for start in range(lo, hi, BLOCK_N):
         cols = start + rn
         if TMA:
@@ -166,22 +195,25 @@ def _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, lo, hi, qk_scale, rm, rn, rd
                 kt = tl.load(k_ptrs, mask=(rd[:, None] < D) & (cols[None, :] < N), other=0.0)
                 vb = tl.load(v_ptrs, mask=(cols[:, None] < N) & (re[None, :] < DV), other=0.0)
             qk = _dot(q, kt, "{precision}")
-        if MASKED or not POS_SCALE:
+        if RELU:
             s = qk * qk_scale
             if MASKED:
-                keep = cols[None, :] < N
-                if IS_CAUSAL:
-                    keep = keep & (cols[None, :] <= rm[:, None])
-                s = tl.where(keep, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            p = tl.exp2(s - m_new[:, None])
+                s = tl.where(_keep(cols, rm, N, IS_CAUSAL), s, 0.0)
+            acc = acc + _dot(tl.maximum(s, 0.0).to(vb.dtype), vb, "{precision}")
         else:
-            m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
-            p = tl.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + _dot(p.to(vb.dtype), vb, "{precision}")
-        m_i = m_new
+            if MASKED or not POS_SCALE:
+                s = qk * qk_scale
+                if MASKED:
+                    s = tl.where(_keep(cols, rm, N, IS_CAUSAL), s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                p = tl.exp2(s - m_new[:, None])
+            else:
+                m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
+                p = tl.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + _dot(p.to(vb.dtype), vb, "{precision}")
+            m_i = m_new
     return m_i, l_i, acc
 
 
@@ -191,7 +223,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
                      IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, EVEN_M: tl.constexpr,
                      EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, POS_SCALE: tl.constexpr,
-                     D_CHUNKED: tl.constexpr, SPLIT_MASK: tl.constexpr, TMA: tl.constexpr):
+                     D_CHUNKED: tl.constexpr, SPLIT_MASK: tl.constexpr, TMA: tl.constexpr,
+                     RELU: tl.constexpr):
     pid = tl.program_id(0)
     blocks_m = tl.cdiv(M, BLOCK_M)
     zh = pid // blocks_m
@@ -233,12 +266,13 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, H, M, N, D, DV,
             whole = tl.minimum(pid_m * BLOCK_M, N) // BLOCK_N * BLOCK_N
         m_i, l_i, acc = _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, 0, whole, qk_scale, rm, rn, rd,
                                 re, M, N, D, DV, sqd, skn, skd, svn, svd, False, True, IS_CAUSAL,
-                                BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED, TMA)
+                                BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED, TMA, RELU)
     if IS_CAUSAL or not EVEN_N or not SPLIT_MASK:      # else every key block was whole
         m_i, l_i, acc = _attend(q, q_ptrs, k_src, v_src, m_i, l_i, acc, whole, hi, qk_scale, rm, rn, rd,
                                 re, M, N, D, DV, sqd, skn, skd, svn, svd, IS_CAUSAL or not EVEN_N, EVEN_N,
-                                IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED, TMA)
-    acc = acc / l_i[:, None]
+                                IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D, POS_SCALE, D_CHUNKED, TMA, RELU)
+    if not RELU:
+        acc = acc / l_i[:, None]
     o_ptrs = o_ptr + rm[:, None] * som + re[None, :] * sod
     if EVEN_M and EVEN_D:
         tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty))
@@ -251,8 +285,9 @@ MAX_HEAD = 256
 """The widest head a program holds whole (Hopper flash-attention kernels stop at 256)."""
 
 
-def launcher(sdpa: bool) -> str:
+def launcher(sdpa: bool, relu: bool) -> str:
     out = "_sdpa_output(q, k, v, causal)" if sdpa else "q.new_empty((*q.shape[:-1], v.shape[-1]))"
+    factor = "" if relu else " * 1.4426950408889634"      # exp2 of the softmax takes base-2 logits
     return f'''
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -274,13 +309,13 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     if tma and q.is_cuda:
         triton.set_allocator(_scratch)
     grid = (triton.cdiv(M, BLOCK_M) * Z * H, triton.cdiv(DV, block_dv))
-    attention_kernel[grid](q4, k4, v4, o4, float(scale) * 1.4426950408889634, H, M, N, D, DV,
+    attention_kernel[grid](q4, k4, v4, o4, float(scale){factor}, H, M, N, D, DV,
                            *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(),
                            IS_CAUSAL=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                            BLOCK_D=block_d, BLOCK_DV=block_dv, EVEN_M=M % BLOCK_M == 0,
                            EVEN_N=N % BLOCK_N == 0, EVEN_D=block_d == D and block_dv == DV,
                            POS_SCALE=scale > 0, D_CHUNKED=chunked, SPLIT_MASK=SPLIT_MASK, TMA=tma,
-                           num_warps=num_warps, num_stages=num_stages)
+                           RELU={relu}, num_warps=num_warps, num_stages=num_stages)
     return out
 '''
 
@@ -294,20 +329,22 @@ def forward(self, {signature}):
 
 def render(op: Attention, signature: str, imports: list[str], init: str) -> tuple[str, str]:
     """(candidate source, one-line edit description)."""
-    form = "scaled_dot_product_attention" if op.sdpa else "written-out softmax(q @ k^T * scale) @ v"
+    score = "relu" if op.relu else "softmax"
+    form = "scaled_dot_product_attention" if op.sdpa else f"written-out {score}(q @ k^T * scale) @ v"
     causal = ", causal" if op.causal else ""
     if op.wide:
         return render_wide(op, signature, imports, init, form + causal)
     source = (common.header(f"Template: attention ({form}{causal}) as one flash-style kernel: online "
                             f"softmax over key blocks, fp32 accumulators; {op.precision} dots.",
                             imports)
-              + common.tunables(TUNE_VALUES, HALF_START if op.half else TUNE_START)
-              + f"STARTS = {SM90_STARTS['half' if op.half else 'fp32']!r}\n"
+              + common.tunables(TUNE_VALUES, starts(op)[0])
+              + f"STARTS = {starts(op)!r}\n"
               + common.DOT_HELPER + common.SCRATCH_HELPER + AS_4D
               + (SDPA_OUTPUT if op.sdpa else "")
-              + kernel(op.precision) + launcher(op.sdpa)
+              + kernel(op.precision) + launcher(op.sdpa, op.relu)
               + common.model_class(init, forward(op, signature)))
-    return source, f"template: attention ({form}{causal}; flash-style, online softmax)"
+    blocks = "key blocks summed" if op.relu else "online softmax"
+    return source, f"template: attention ({form}{causal}; flash-style, {blocks})"
 
 
 WIDE_ROW_BLOCK = [1024, 2048, 4096]
