@@ -12,6 +12,7 @@ reported as such, not failed.
     python3 bench/coverage/gate_small.py --out DIR [--only NAME ...] [--level 2]
     python3 bench/coverage/gate_small.py --out DIR --report A/gate.jsonl B/gate.jsonl   # one table of both
     python3 bench/coverage/gate_small.py --out DIR --proposer inductor   # the problems no template matches
+    python3 bench/coverage/gate_small.py --out DIR --level 3 --only 50_ReLUSelfAttention --set max_seqlen=40
 
 ``--proposer inductor`` gates the problems the coverage table matches no template to: their only
 port is TorchInductor's Triton (the ``inductor`` proposer, on the CPU through Inductor's Triton
@@ -84,16 +85,20 @@ def _arithmetic(node: ast.expr) -> int | None:
     return value if type(value) is int else None
 
 
-def shrink(source: str, spatial: int, features: int) -> tuple[str, dict[str, int]]:
+def shrink(source: str, spatial: int, features: int,
+           sizes: dict[str, int] | None = None) -> tuple[str, dict[str, int]]:
     """The source with its integer constants shrunk (batch to 2, spatial sizes to ``spatial``,
     other sizes such as channels and features to ``features``; geometry and values up to
-    ``spatial`` kept), and what changed. The values are rewritten in the source, so that sizes
-    derived from them at import (``bias_shape = (out_channels, 1, 1)``) follow."""
+    ``spatial`` kept; a constant named in ``sizes`` to its value there), and what changed. The
+    values are rewritten in the source, so that sizes derived from them at import (``bias_shape
+    = (out_channels, 1, 1)``) follow."""
     edits: list[tuple[ast.expr, int]] = []
     changed: dict[str, int] = {}
     for name, n, node in _int_constants(source):
         low = name.lower()
-        if low.startswith("batch"):
+        if sizes and name in sizes:
+            new = sizes[name]
+        elif low.startswith("batch"):
             new = min(n, 2)
         elif n <= spatial or any(word in low for word in KEEP):
             continue
@@ -138,8 +143,9 @@ threads tracing at once failed with ``CURRENT_PATCHER is None`` or a module "not
 submodule". Only the gates, each in its own sandbox, run side by side."""
 
 
-def gate_one(path: Path, spatial: int, features: int, work: Path, proposer: str = "template") -> dict[str, Any]:
-    source, sizes = shrink(path.read_text(), spatial, features)
+def gate_one(path: Path, spatial: int, features: int, work: Path, proposer: str = "template",
+             given: dict[str, int] | None = None) -> dict[str, Any]:
+    source, sizes = shrink(path.read_text(), spatial, features, given)
     row: dict[str, Any] = {"level": int(path.parent.name.removeprefix("level")), "problem": path.stem, "sizes": sizes}
     t0 = time.monotonic()
     with PROPOSING:
@@ -183,6 +189,8 @@ def main() -> int:
     ap.add_argument("--features", type=int, default=16)
     ap.add_argument("--proposer", choices=sorted(PROPOSERS), default="template",
                     help="template: the problems a template matches; inductor: those none matches")
+    ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                    help="module-level sizes to set as given (where the rules above break a reference)")
     ap.add_argument("--parallel", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     ap.add_argument("--report", nargs="+", help="only rebuild OUT/gate.md from these gate.jsonl (a later row of a "
                                                  "problem, e.g. at larger sizes, supersedes an earlier one)")
@@ -205,7 +213,8 @@ def main() -> int:
     work.chmod(0o755)
     rows: list[dict[str, Any]] = []
     with ThreadPoolExecutor(args.parallel) as pool, open(out / "gate.jsonl", "w") as f:
-        for row in pool.map(lambda p: gate_one(p, args.spatial, args.features, work, args.proposer), paths):
+        given = {k: int(v) for k, _, v in (item.partition("=") for item in args.set)}
+        for row in pool.map(lambda p: gate_one(p, args.spatial, args.features, work, args.proposer, given), paths):
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()

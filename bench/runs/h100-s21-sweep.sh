@@ -21,7 +21,7 @@
 # implicit GEMM, and on L1 #63's 16 channels; "dirq", "dirq1", "dirs" the same, fewer, for short calls);
 # "l3a", "l3b" (session 28: level 3 blocks and whole networks as pipelines, with their first-call compile time);
 # "l3g" (session 28: minGPT's attention and block, ReLU self-attention, traced at their sizes with the causal mask
-# from a buffer; nn.MultiheadAttention written out).
+# from a buffer; nn.MultiheadAttention and encoder layers written out; NetVLAD).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v "^WARNING: Target"; export PYTHONPATH=/tmp/site:$PWD
 chmod -R a+rX "$PWD" /tmp/site
@@ -79,7 +79,7 @@ for SPEC in ${SETS:?NAME:SECONDS ...}; do
     dir1b) L=level1; ONLY="63_conv_standard_2D__square_input__square_kernel"
       VARIANTS="dir:DIRECT=1,CHANNELS_LAST=0,num_warps=4 dirn32:DIRECT=1,CHANNELS_LAST=0,num_warps=4,BLOCK_N=32" ;;
     l3g) L=level3; ONLY="43_MinGPTCausalAttention 44_MiniGPTBlock 50_ReLUSelfAttention 31_VisionAttention
-      32_ConvolutionalVisionTransformer" ;;
+      32_ConvolutionalVisionTransformer 46_NetVladWithGhostClusters" ;;
     l3a) L=level3; ONLY="1_MLP 8_ResNetBasicBlock 6_GoogleNetInceptionModule 17_SqueezeNetFireModule 25_ShuffleNetUnit
       4_LeNet5 13_DenseNet121TransitionLayer" ;;
     l3b) L=level3; ONLY="9_ResNet18 19_MobileNetV1 18_SqueezeNet 11_VGG16" ;;

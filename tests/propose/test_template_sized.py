@@ -113,3 +113,40 @@ def get_init_inputs():
 '''
     with pytest.raises(NotRecognised, match=r"calls i2h 100 times at the traced sizes"):
         graph.trace(source)
+
+
+def test_a_device_check_and_an_optional_argument_trace_as_the_reference_runs(tmp_path):
+    """NetVLAD (KernelBench L3 #46) compares ``x.device`` with its parameter's before computing,
+    and takes ``mask=None``: the check passes while tracing, the mask is bound to its default
+    (so ``if mask is not None`` takes the branch the reference runs), and the candidate's forward
+    takes the inputs the reference is called with."""
+    source = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(24, 12))
+
+    def forward(self, x, mask=None):
+        if x.device != self.w.device:
+            raise ValueError("devices differ")
+        y = torch.matmul(x, self.w)
+        if mask is not None:
+            y = y * mask
+        return F.softmax(y, dim=-1)
+
+
+def get_inputs():
+    return [torch.rand(5, 24)]
+
+
+def get_init_inputs():
+    return []
+'''
+    found = instantiate(source)
+    assert found is not None and "softmax" in found.edit and "mask" not in found.source.split("class ModelNew")[-1]
+    assert_passes(gate(tmp_path, "device_check", source, None, found.source))

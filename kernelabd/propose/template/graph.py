@@ -561,13 +561,13 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
             failures.append(f"building the model and inputs failed: {one_line(exc, 300)}")
             continue
         try:
-            gm = fx.symbolic_trace(model)
+            gm = _symbolic(model, inputs)
         except Exception as exc:
             gm, model, inputs = _sized(source, constants, exc)
         else:
             if device == "meta" and any(_mask_like(v) for v in _constants(gm).values()):
                 model, inputs = _build(source, constants, "cpu")
-                gm, model, inputs = _to_meta(fx.symbolic_trace(model), model, inputs)
+                gm, model, inputs = _to_meta(_symbolic(model, inputs), model, inputs)
         why = functionalise(gm)
         if why is not None:
             raise NotRecognised(why)
@@ -584,6 +584,14 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
         g = Graph(gm, model)
         return Graph(gm, model, rename=True) if g.leaves else g
     raise NotRecognised(failures[-1])
+
+
+def _symbolic(model: nn.Module, inputs: list[Any]) -> fx.GraphModule:
+    """``fx.symbolic_trace``, the forward's parameters past the inputs bound to their defaults."""
+    gm = fx.symbolic_trace(model, concrete_args=sized.defaults(model, len(inputs)))
+    sized.drop_defaults(gm.graph)
+    gm.recompile()
+    return gm
 
 
 def _sized(source: str, constants: dict[str, Any] | None,

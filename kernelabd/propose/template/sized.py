@@ -31,9 +31,13 @@ MAX_CALLS = 64
 (an RNN's steps), a graph of that many stages that the pipeline search would take past its
 deadline to cut, and launches one after another where eager's are no fewer."""
 
+MAX_NODES = 4096
+"""The most nodes a traced graph may hold, for loops whose steps call functions, not modules."""
+
 
 class Unrolled(Exception):
-    """The forward, traced at its sizes, repeats a module more than ``MAX_CALLS`` times."""
+    """The forward, traced at its sizes, repeats a module more than ``MAX_CALLS`` times or makes
+    more than ``MAX_NODES`` ops."""
 
 
 class _Unknown(Exception):
@@ -83,6 +87,10 @@ class SizedProxy(fx.Proxy):
             return self.tracer.create_proxy("call_function", getattr, (self, "dtype"), {})
         return t.dtype
 
+    @property
+    def device(self) -> Any:
+        return _Device(self, "device")
+
     def __len__(self) -> int:
         if isinstance(self.value, (tuple, list)):
             return len(self.value)
@@ -94,6 +102,20 @@ class SizedProxy(fx.Proxy):
         if isinstance(self.value, (tuple, list)):
             return iter([self[i] for i in range(len(self.value))])
         return super().__iter__()
+
+
+class _Device(fx.proxy.Attribute):
+    """``x.device``: an argument like any attribute (``torch.zeros(n, device=x.device)``), but
+    compared with another traced tensor's device as equal, which they are in any forward that
+    runs (NetVLAD checks ``x.device != self.clusters.device`` before it computes)."""
+
+    def __eq__(self, other: object) -> Any:
+        return True if isinstance(other, _Device) else super().__eq__(other)
+
+    def __ne__(self, other: object) -> Any:
+        return False if isinstance(other, _Device) else super().__ne__(other)
+
+    __hash__ = fx.proxy.Attribute.__hash__
 
 
 class SizedTracer(fx.Tracer):
@@ -186,12 +208,36 @@ def trace(model: nn.Module, inputs: list[Any]) -> fx.GraphModule:
     """``model``'s forward traced at the sizes of ``inputs`` (their meta copies are the example
     values), as a GraphModule over ``model``."""
     tracer = SizedTracer({name: _meta(x) for name, x in zip(_argument_names(model), inputs, strict=False)})
-    graph = tracer.trace(model)
+    graph = tracer.trace(model, concrete_args=defaults(model, len(inputs)))
+    drop_defaults(graph)
     calls = Counter(str(n.target) for n in graph.nodes if n.op == "call_module")
     if calls and max(calls.values()) > MAX_CALLS:
         name, count = calls.most_common(1)[0]
         raise Unrolled(f"it calls {name} {count} times at the traced sizes (a loop over a size, unrolled)")
+    if len(graph.nodes) > MAX_NODES:
+        raise Unrolled(f"it makes {len(graph.nodes)} ops at the traced sizes (a loop over a size, unrolled)")
     return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+
+
+def defaults(model: nn.Module, given: int) -> dict[str, Any] | None:
+    """The forward's parameters past the ``given`` inputs, at their defaults (NetVLAD's
+    ``mask=None``): traced as those values, so that ``if mask is not None`` takes the branch
+    the reference runs."""
+    params = list(inspect.signature(model.forward).parameters.values())[given:]
+    bound = {p.name: p.default for p in params if p.default is not p.empty
+             and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return bound or None
+
+
+def drop_defaults(graph: fx.Graph) -> None:
+    """The placeholders ``defaults`` bound, and fx's checks of their values, out of ``graph``:
+    the candidate's forward takes the inputs the reference is called with."""
+    for node in list(graph.nodes):
+        if node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none":
+            graph.erase_node(node)
+    for node in list(graph.nodes):
+        if node.op == "placeholder" and node.args and not node.users:
+            graph.erase_node(node)
 
 
 def _argument_names(model: nn.Module) -> list[str]:
