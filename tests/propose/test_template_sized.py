@@ -150,3 +150,28 @@ def get_init_inputs():
     found = instantiate(source)
     assert found is not None and "softmax" in found.edit and "mask" not in found.source.split("class ModelNew")[-1]
     assert_passes(gate(tmp_path, "device_check", source, None, found.source))
+
+
+def test_an_input_given_for_a_parameter_with_a_default_stays_in_the_candidates_forward(tmp_path):
+    """Only parameters past the inputs the reference is called with are bound to their defaults:
+    one that ``get_inputs`` fills keeps its place in the candidate's forward, used or not."""
+    source = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, scale=None):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 33), torch.randn(4, 33)]
+
+
+def get_init_inputs():
+    return []
+'''
+    found = instantiate(source)
+    assert found is not None and "relu" in found.edit
+    assert_passes(gate(tmp_path, "given_default", source, None, found.source))

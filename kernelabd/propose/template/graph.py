@@ -589,7 +589,7 @@ def trace(source: str, constants: dict[str, Any] | None = None) -> Graph:
 def _symbolic(model: nn.Module, inputs: list[Any]) -> fx.GraphModule:
     """``fx.symbolic_trace``, the forward's parameters past the inputs bound to their defaults."""
     gm = fx.symbolic_trace(model, concrete_args=sized.defaults(model, len(inputs)))
-    sized.drop_defaults(gm.graph)
+    sized.drop_defaults(gm.graph, len(inputs))
     gm.recompile()
     return gm
 

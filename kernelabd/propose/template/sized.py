@@ -209,7 +209,7 @@ def trace(model: nn.Module, inputs: list[Any]) -> fx.GraphModule:
     values), as a GraphModule over ``model``."""
     tracer = SizedTracer({name: _meta(x) for name, x in zip(_argument_names(model), inputs, strict=False)})
     graph = tracer.trace(model, concrete_args=defaults(model, len(inputs)))
-    drop_defaults(graph)
+    drop_defaults(graph, len(inputs))
     calls = Counter(str(n.target) for n in graph.nodes if n.op == "call_module")
     if calls and max(calls.values()) > MAX_CALLS:
         name, count = calls.most_common(1)[0]
@@ -229,14 +229,17 @@ def defaults(model: nn.Module, given: int) -> dict[str, Any] | None:
     return bound or None
 
 
-def drop_defaults(graph: fx.Graph) -> None:
-    """The placeholders ``defaults`` bound, and fx's checks of their values, out of ``graph``:
-    the candidate's forward takes the inputs the reference is called with."""
+def drop_defaults(graph: fx.Graph, given: int) -> None:
+    """The placeholders past the ``given`` inputs (those ``defaults`` bound), and fx's checks of
+    their values, out of ``graph``: the candidate's forward takes the inputs the reference is
+    called with."""
+    bound = [n for n in graph.nodes if n.op == "placeholder"][given:]
     for node in list(graph.nodes):
-        if node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none":
+        if node.op == "call_function" and getattr(node.target, "__name__", "") == "_assert_is_none" \
+                and node.args and node.args[0] in bound:
             graph.erase_node(node)
-    for node in list(graph.nodes):
-        if node.op == "placeholder" and node.args and not node.users:
+    for node in bound:
+        if not node.users:
             graph.erase_node(node)
 
 
