@@ -238,6 +238,10 @@ def test_tf32_dots_only_when_the_sidecar_allows_them():
     "def forward(self, q, k, v):\n"
     "    s = (q @ k.mT).masked_fill(self.mask == 0, -1e4)\n"
     "    return F.softmax(s, dim=-1) @ v\n",
+    # a 1×1 mask equals triu(ones(1, 1), 1) but broadcasts: it hides nothing, not the upper triangle
+    "def forward(self, q, k, v):\n"
+    "    s = (q @ k.mT).masked_fill(torch.zeros(1, 1, dtype=torch.bool), float('-inf'))\n"
+    "    return F.softmax(s, dim=-1) @ v\n",
     "def forward(self, q, k, v):\n"
     "    return F.relu(q @ k.mT).masked_fill(self.mask == 0, float('-inf')) @ v\n",
 ])

@@ -214,9 +214,9 @@ class Graph:
         value = op.attrs["value"]
         if mask not in self.causal_masks or not (isinstance(value, float) and value == -math.inf):
             return "a mask other than a causal one filled with -inf"
-        shape = self.shape(x)
-        if not shape or len(shape) < 2:
-            return "a mask over fewer than two dims"
+        shape, hidden = self.shape(x), self.shape(mask)
+        if not shape or len(shape) < 2 or not hidden or tuple(hidden[-2:]) != tuple(shape[-2:]):
+            return "a causal mask that does not span the scores' last two dims"
         self.ops.append(Op(node, "causal", (x,), {}))
         return None
 
