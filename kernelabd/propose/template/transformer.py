@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import fx
 
-from kernelabd.propose.template.canon import arg_of, meta_of
+from kernelabd.propose.template.canon import arg_of, meta_of, rewrite
 
 PLAIN_KWARGS = {"need_weights", "attn_mask", "key_padding_mask", "average_attn_weights", "is_causal"}
 
@@ -40,51 +40,43 @@ def decompose_encoders(gm: fx.GraphModule) -> bool:
     """Every ``nn.TransformerEncoder`` and ``nn.TransformerEncoderLayer`` call of ``gm`` without
     masks, in evaluation mode, written out as its submodules' calls (``_encoder``, ``_layer``);
     True if any was."""
-    changed = False
-    for node in list(gm.graph.nodes):
-        module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
-        if not isinstance(module, nn.TransformerEncoder | nn.TransformerEncoderLayer) or module.training:
-            continue
-        if len(node.args) != 1 or set(node.kwargs) - ENCODER_KWARGS or any(node.kwargs.values()):
-            continue
-        with gm.graph.inserting_before(node):
-            out = (_encoder if isinstance(module, nn.TransformerEncoder) else _layer)(gm.graph, node.args[0],
-                                                                                     str(node.target), module)
-        if out is None:
-            continue
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
-        changed = True
-    if changed:
-        gm.graph.lint()
-        gm.recompile()
-    return changed
+    return rewrite(gm, lambda graph, node: _written_encoder(gm, graph, node))
 
 
-def _encoder(graph: fx.Graph, x: Any, path: str, module: nn.TransformerEncoder) -> fx.Node | None:
+def _written_encoder(gm: fx.GraphModule, graph: fx.Graph, node: fx.Node) -> fx.Node | None:
+    """``node``'s encoder or layer written out before it; None (nothing inserted) for any other
+    node, masks, training mode, or an activation other than ReLU, GELU or a module."""
+    module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
+    if not isinstance(module, nn.TransformerEncoder | nn.TransformerEncoderLayer) or module.training:
+        return None
+    if len(node.args) != 1 or set(node.kwargs) - ENCODER_KWARGS or any(node.kwargs.values()):
+        return None
+    layers = module.layers if isinstance(module, nn.TransformerEncoder) else [module]
+    if not all(isinstance(layer.activation, nn.Module) or layer.activation in (F.relu, F.gelu) for layer in layers):
+        return None
+    write = _encoder if isinstance(module, nn.TransformerEncoder) else _layer
+    return write(graph, node.args[0], str(node.target), module)
+
+
+def _encoder(graph: fx.Graph, x: Any, path: str, module: nn.TransformerEncoder) -> fx.Node:
     for i, layer in enumerate(module.layers):
         x = _layer(graph, x, f"{path}.layers.{i}", layer)
-        if x is None:
-            return None
     return graph.call_module(f"{path}.norm", (x,)) if module.norm is not None else x
 
 
-def _layer(graph: fx.Graph, x: Any, path: str, layer: nn.TransformerEncoderLayer) -> fx.Node | None:
+def _layer(graph: fx.Graph, x: Any, path: str, layer: nn.TransformerEncoderLayer) -> fx.Node:
     """``TransformerEncoderLayer.forward`` without masks: ``x + sa(norm1(x))``, then ``x +
-    ff(norm2(x))`` with ``norm_first``; else ``norm1(x + sa(x))``, then ``norm2(x + ff(x))``.
-    None for an activation other than ReLU, GELU or a module."""
+    ff(norm2(x))`` with ``norm_first``; else ``norm1(x + sa(x))``, then ``norm2(x + ff(x))``."""
     def attention(y: Any) -> fx.Node:
         out = graph.call_module(f"{path}.self_attn", (y, y, y), {"need_weights": False})
         return graph.call_function(operator.getitem, (out, 0))
 
-    def feed_forward(y: Any) -> fx.Node | None:
+    def feed_forward(y: Any) -> fx.Node:
         hidden = graph.call_module(f"{path}.linear1", (y,))
         if isinstance(layer.activation, nn.Module):
             hidden = graph.call_module(f"{path}.activation", (hidden,))
-        elif layer.activation in (F.relu, F.gelu):
-            hidden = graph.call_function(layer.activation, (hidden,))
         else:
-            return None
+            hidden = graph.call_function(layer.activation, (hidden,))
         return graph.call_module(f"{path}.linear2", (hidden,))
 
     def norm(i: int, y: Any) -> fx.Node:
@@ -92,11 +84,9 @@ def _layer(graph: fx.Graph, x: Any, path: str, layer: nn.TransformerEncoderLayer
 
     if layer.norm_first:
         x = graph.call_function(operator.add, (x, attention(norm(1, x))))
-        ff = feed_forward(norm(2, x))
-        return graph.call_function(operator.add, (x, ff)) if ff is not None else None
+        return graph.call_function(operator.add, (x, feed_forward(norm(2, x))))
     x = norm(1, graph.call_function(operator.add, (x, attention(x))))
-    ff = feed_forward(x)
-    return norm(2, graph.call_function(operator.add, (x, ff))) if ff is not None else None
+    return norm(2, graph.call_function(operator.add, (x, feed_forward(x))))
 
 
 def decompose_mha(gm: fx.GraphModule) -> bool:
